@@ -1,0 +1,29 @@
+# The few targets a contributor needs. `make demo` and `make test` work on a fresh machine.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test lint bench install clean
+
+$(BIN)/.installed: setup.cfg pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+install: $(BIN)/.installed
+
+demo: install
+	cd example_project && ../$(BIN)/python manage.py demo
+
+test: install
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+bench: install
+	$(BIN)/python bench/notifications.py
+
+clean:
+	rm -rf $(VENV) .pgdata example_project/.pgdata build *.egg-info

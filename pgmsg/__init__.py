@@ -1,0 +1,39 @@
+"""pgmsg: PostgreSQL-native messaging for Django.
+
+The public API, re-exported lazily: Django imports this package before models are ready,
+so nothing here may import a module that imports models at import time.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "BROADCAST": "pgmsg.channels",
+    "Channel": "pgmsg.channels",
+    "ChannelTrigger": "pgmsg.triggers",
+    "EXACTLY_ONCE": "pgmsg.channels",
+    "RowChange": "pgmsg.triggers",
+    "Worker": "pgmsg.worker",
+    "current_delivery": "pgmsg.worker",
+    "dead_letters": "pgmsg.deadletter",
+    "discard": "pgmsg.deadletter",
+    "listener": "pgmsg.channels",
+    "notify": "pgmsg.notify",
+    "notify_many": "pgmsg.notify",
+    "replay": "pgmsg.deadletter",
+}
+
+__all__ = sorted([*_EXPORTS, "errors"])
+
+
+def __getattr__(name: str) -> Any:
+    if name == "errors":
+        return importlib.import_module("pgmsg.errors")
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pgmsg' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,31 @@
+"""Every exception pgmsg raises: one base class, each named for what went wrong."""
+
+from __future__ import annotations
+
+
+class PgmsgError(Exception):
+    """Base class of pgmsg's errors."""
+
+
+class ConfigurationError(PgmsgError):
+    """Settings or declarations are wrong; the message says which and how to fix it."""
+
+
+class InvalidName(PgmsgError, ValueError):
+    """A channel, inbox, stream or subscription name that may not reach SQL."""
+
+
+class ChannelAlreadyRegistered(ConfigurationError):
+    """Two declarations claim the same channel name."""
+
+
+class UnknownChannel(PgmsgError, LookupError):
+    """A channel name that no declaration registered."""
+
+
+class PayloadError(PgmsgError, ValueError):
+    """A payload that cannot be encoded for, or decoded from, its channel's declared fields."""
+
+
+class PayloadTooLarge(PayloadError):
+    """A broadcast payload beyond PostgreSQL's NOTIFY limit (under 8000 bytes)."""

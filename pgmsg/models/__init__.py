@@ -1,0 +1,5 @@
+"""Every pgmsg table, in the order a message travels. One module per kind of message."""
+
+from pgmsg.models.notifications import Notification
+
+__all__ = ["Notification"]

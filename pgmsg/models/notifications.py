@@ -1,0 +1,79 @@
+"""Stored notifications of exactly-once channels, from send to acknowledgement or dead letter."""
+
+from __future__ import annotations
+
+import pgtrigger
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.db.models.functions import Now
+
+from pgmsg.channels import WAKE_CHANNEL
+
+
+class Notification(models.Model):
+    """A message of an exactly-once channel, waiting to be handled (or dead).
+
+    Handled rows are deleted in the transaction that ran the listeners, so the table holds
+    only what is pending, retrying or dead. Producers that are not Django may insert
+    ``(channel, payload)`` directly: every other column has a database default, and a
+    statement trigger NOTIFYs the workers.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "pending"
+        DEAD = "dead", "dead"
+
+    id = models.BigAutoField(primary_key=True)
+    channel = models.CharField(max_length=63)
+    payload = models.JSONField(encoder=DjangoJSONEncoder)
+    status = models.CharField(
+        max_length=8, choices=Status.choices, default=Status.PENDING, db_default=Status.PENDING
+    )
+    attempts = models.IntegerField(default=0, db_default=0)
+    #: Not claimed before this time (retry backoff).
+    available_at = models.DateTimeField(db_default=Now())
+    created_at = models.DateTimeField(db_default=Now())
+    last_error = models.TextField(blank=True, default="", db_default="")
+    last_failed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "pgmsg_notification"
+        indexes = [
+            # The claim query: due pending rows in id order.
+            models.Index(
+                fields=["id"],
+                condition=models.Q(status="pending"),
+                name="pgmsg_notification_pending",
+            ),
+            models.Index(fields=["status", "channel"], name="pgmsg_notification_status"),
+        ]
+        permissions = [
+            ("replay_notification", "Can replay dead or retrying notifications"),
+            ("discard_notification", "Can discard notifications"),
+        ]
+        triggers = [
+            # One NOTIFY per channel per statement: NOTIFY is delivered at commit and identical
+            # payloads in one transaction are folded into one, so a 10,000-row insert costs a
+            # handful of notifications. The payload is the channel; the rows are claimed by query.
+            pgtrigger.Trigger(
+                name="pgmsg_wake_workers",
+                level=pgtrigger.Statement,
+                when=pgtrigger.After,
+                operation=pgtrigger.Insert,
+                referencing=pgtrigger.Referencing(new="new_rows"),
+                func=(
+                    f"PERFORM pg_notify('{WAKE_CHANNEL}', c.channel) "
+                    "FROM (SELECT DISTINCT channel FROM new_rows) AS c; RETURN NULL;"
+                ),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.channel} #{self.id} ({self.state})"
+
+    @property
+    def state(self) -> str:
+        """pending, retrying (pending after a failure) or dead."""
+        if self.status == self.Status.DEAD:
+            return "dead"
+        return "retrying" if self.attempts else "pending"

@@ -1,0 +1,367 @@
+"""The listen worker: wait -> claim (SKIP LOCKED) -> handle -> ack | retry | dead-letter.
+
+One loop serves every kind of stored message. A *source* (stored notifications here; inboxes
+and subscriptions plug in the same way) claims a batch of its rows in a transaction, runs
+each message's handlers under a savepoint, and acknowledges the batch in that same
+transaction, so handler writes and acknowledgements commit together or not at all. A
+dedicated autocommit connection LISTENs; NOTIFY only says "look", the rows are the truth, so
+a missed NOTIFY is covered by the periodic sweep.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import json
+import logging
+import os
+import random
+import signal
+import time
+import traceback
+from collections.abc import Iterable
+from typing import Protocol
+
+import psycopg
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, transaction
+from psycopg import sql as pgsql
+
+from pgmsg import channels, conf, errors, payloads, sql, triggers
+
+logger = logging.getLogger(__name__)
+
+_SQL = sql.load("notifications.sql")
+
+# Errors that retrying cannot mend: the message goes straight to the dead letters.
+PERMANENT_ERRORS = (errors.PayloadError, errors.UnknownChannel)
+_CONNECTION_ERRORS = (OperationalError, InterfaceError, DatabaseError, psycopg.Error)
+_MAX_ERROR_CHARS = 4000
+
+
+@dataclasses.dataclass(frozen=True)
+class Delivery:
+    """The message being handled, as seen from inside a listener (see current_delivery())."""
+
+    #: What kind of row: "notification", "inbox", "event", ...
+    kind: str
+    id: int | str
+    #: The channel, inbox or subscription name.
+    name: str
+    #: Failed attempts before this one (0 on the first delivery).
+    attempts: int
+
+
+_current: contextvars.ContextVar[Delivery | None] = contextvars.ContextVar(
+    "pgmsg_delivery", default=None
+)
+
+
+def current_delivery() -> Delivery | None:
+    """The delivery whose handlers are running now, or None outside a handler.
+
+    Useful as an idempotency key for side effects outside the database, or to tell a
+    first delivery from a retry.
+    """
+    return _current.get()
+
+
+class Source(Protocol):
+    """A table of stored messages that the worker drains."""
+
+    #: Shown in logs.
+    label: str
+
+    def wants(self, wake_payload: str) -> bool:
+        """Whether a NOTIFY on the wake channel with this payload concerns this source."""
+
+    def process_batch(self, worker: Worker) -> int:
+        """Claim up to ``worker.batch_size`` due messages, handle them, commit; return the count
+        claimed. Must stop handling (leaving the rest unclaimed) once ``worker.stopping``."""
+
+    def seconds_until_due(self, worker: Worker) -> float | None:
+        """Seconds until the next delayed message is due; None if nothing waits."""
+
+
+def retry_delay(attempts_before: int) -> float:
+    """Exponential backoff with +-20 % jitter so retries of a failed batch spread out."""
+    settings = conf.get()
+    base = min(settings.RETRY_BACKOFF * 2**attempts_before, settings.RETRY_BACKOFF_MAX)
+    return base * random.uniform(0.8, 1.2)
+
+
+def describe_error(exc: BaseException) -> str:
+    text = "".join(traceback.format_exception(exc))
+    if len(text) > _MAX_ERROR_CHARS:
+        text = text[: _MAX_ERROR_CHARS // 4] + "\n...\n" + text[-3 * _MAX_ERROR_CHARS // 4 :]
+    return text
+
+
+class NotificationSource:
+    """Stored notifications of the exactly-once channels that have listeners here."""
+
+    label = "notifications"
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = sorted(names)
+        self._listeners = {name: list(channels.registry.listeners[name]) for name in self.names}
+        self._specs = {name: channels.registry.get(name) for name in self.names}
+
+    def wants(self, wake_payload: str) -> bool:
+        return wake_payload in self._listeners
+
+    def process_batch(self, worker: Worker) -> int:
+        db = worker.database
+        done: list[int] = []
+        failed: list[tuple[int, str, float, bool]] = []
+        with transaction.atomic(using=db):
+            with connections[db].cursor() as cursor:
+                cursor.execute(
+                    _SQL["claim_notifications"],
+                    {"channels": self.names, "limit": worker.batch_size},
+                )
+                rows = cursor.fetchall()
+                for id_, channel, text, attempts in rows:
+                    if worker.stopping:
+                        break  # unhandled rows stay pending; the lock goes at commit
+                    token = _current.set(Delivery("notification", id_, channel, attempts))
+                    try:
+                        with transaction.atomic(using=db):
+                            self._handle(channel, text)
+                    except Exception as exc:
+                        failed.append(self._failure(id_, channel, attempts, exc))
+                    else:
+                        done.append(id_)
+                    finally:
+                        _current.reset(token)
+                if done:
+                    cursor.execute(_SQL["ack_notifications"], {"ids": done})
+                if failed:
+                    ids, errs, delays, dead = zip(*failed)
+                    cursor.execute(
+                        _SQL["fail_notifications"],
+                        {"ids": list(ids), "errors": list(errs), "delays": list(delays),
+                         "dead": list(dead)},
+                    )
+        worker.handled += len(done)
+        return len(rows)
+
+    def _handle(self, channel: str, text: str) -> None:
+        spec = self._specs[channel]
+        if spec.is_trigger:
+            message = triggers.decode_row_change(spec.model, text)
+        else:
+            try:
+                data = json.loads(text)
+            except ValueError as exc:
+                raise errors.PayloadError(f"payload is not JSON: {exc}") from exc
+            message = payloads.load(spec.payload_class, data)
+        for func in self._listeners[channel]:
+            func(message)
+
+    def _failure(self, id_: int, channel: str, attempts: int, exc: Exception):
+        spec = self._specs[channel]
+        max_attempts = spec.max_attempts or conf.get().MAX_ATTEMPTS
+        permanent = isinstance(exc, PERMANENT_ERRORS)
+        dead = permanent or attempts + 1 >= max_attempts
+        text = describe_error(exc)
+        if permanent:
+            text = "not retried: the payload cannot succeed on a retry\n" + text
+        logger.warning(
+            "pgmsg: notification %s on %r failed (attempt %s%s): %s",
+            id_, channel, attempts + 1, ", now dead" if dead else "", exc,
+        )
+        return id_, text, 0.0 if dead else retry_delay(attempts), dead
+
+    def seconds_until_due(self, worker: Worker) -> float | None:
+        with connections[worker.database].cursor() as cursor:
+            cursor.execute(_SQL["seconds_until_due"], {"channels": self.names})
+            return cursor.fetchone()[0]
+
+
+class Worker:
+    """Runs sources until stopped. ``manage.py listen`` builds one per process."""
+
+    def __init__(
+        self,
+        *,
+        channel_names: Iterable[str] | None = None,
+        sources: Iterable[Source] = (),
+        batch_size: int | None = None,
+        until_idle: bool = False,
+        install_signal_handlers: bool = True,
+    ) -> None:
+        settings = conf.get()
+        self.database = settings.DATABASE
+        self.batch_size = batch_size or settings.BATCH_SIZE
+        self.until_idle = until_idle
+        self.install_signal_handlers = install_signal_handlers
+        self.stopping = False
+        self.handled = 0
+        self._listen_conn: psycopg.Connection | None = None
+
+        stored, self.broadcast = _split_channels(channel_names)
+        self.sources: list[Source] = list(sources)
+        if stored:
+            self.sources.insert(0, NotificationSource(stored))
+        if not self.sources and not self.broadcast:
+            raise errors.ConfigurationError(
+                "nothing to listen to: no listener is registered for the channels given "
+                f"({sorted(channel_names) if channel_names else 'all'}); define listeners in an "
+                "app's listeners.py with @pgmsg.listener(...)"
+            )
+
+    # -- running -----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        if self.install_signal_handlers:
+            self._install_signal_handlers()
+        logger.info(
+            "pgmsg worker %s: sources %s, broadcast %s",
+            os.getpid(), [s.label for s in self.sources], sorted(self.broadcast),
+        )
+        reconnect_delay = 0.5
+        while not self.stopping:
+            try:
+                self._connect_listener()
+                self._loop()
+                reconnect_delay = 0.5
+            except _CONNECTION_ERRORS as exc:
+                if self.stopping:
+                    break
+                logger.warning(
+                    "pgmsg worker %s: database connection lost (%s); reconnecting in %.1fs",
+                    os.getpid(), exc, reconnect_delay,
+                )
+                self._close()
+                self._sleep(reconnect_delay)
+                reconnect_delay = min(reconnect_delay * 2, conf.get().RECONNECT_BACKOFF_MAX)
+            else:
+                break
+        self._close()
+        logger.info("pgmsg worker %s: stopped after handling %s", os.getpid(), self.handled)
+
+    def stop(self) -> None:
+        """Finish the message in hand, commit, and return from run()."""
+        self.stopping = True
+
+    def _loop(self) -> None:
+        # Start-up sweep: rows stored while no worker ran are due now.
+        dirty = set(range(len(self.sources)))
+        sweep_interval = conf.get().SWEEP_INTERVAL
+        next_sweep = time.monotonic() + sweep_interval
+        while not self.stopping:
+            for index in sorted(dirty):
+                if self.stopping:
+                    return
+                if self.sources[index].process_batch(self) < self.batch_size:
+                    dirty.discard(index)
+            if dirty:
+                continue
+            if self.until_idle:
+                return
+            timeout = next_sweep - time.monotonic()
+            for source in self.sources:
+                due = source.seconds_until_due(self)
+                if due is not None:
+                    timeout = min(timeout, max(due, 0.0))
+            for payload, channel in self._wait(max(timeout, 0.0)):
+                if channel == channels.WAKE_CHANNEL:
+                    dirty.update(i for i, s in enumerate(self.sources) if s.wants(payload))
+                else:
+                    self._handle_broadcast(channel, payload)
+            if time.monotonic() >= next_sweep or timeout <= 0:
+                dirty.update(range(len(self.sources)))
+                next_sweep = time.monotonic() + sweep_interval
+
+    def _wait(self, timeout: float) -> list[tuple[str, str]]:
+        # Short slices keep a stop request (signal) from waiting out a long sweep interval.
+        deadline = time.monotonic() + timeout
+        while not self.stopping:
+            slice_ = min(0.25, max(deadline - time.monotonic(), 0.0))
+            got = [(n.payload, n.channel) for n in self._listen_conn.notifies(
+                timeout=slice_, stop_after=1)]
+            if got or time.monotonic() >= deadline:
+                return got
+        return []
+
+    # -- broadcast ---------------------------------------------------------------------------
+
+    def _handle_broadcast(self, notify_channel: str, text: str) -> None:
+        name = notify_channel.removeprefix(channels.BROADCAST_PREFIX)
+        spec = channels.registry.get(name)
+        try:
+            message = payloads.load(spec.payload_class, json.loads(text))
+        except (ValueError, errors.PayloadError) as exc:
+            logger.error("pgmsg: broadcast on %r has a bad payload, dropped: %s", name, exc)
+            return
+        for func in channels.registry.listeners.get(name, []):
+            try:
+                with transaction.atomic(using=self.database):
+                    func(message)
+            except _CONNECTION_ERRORS:
+                raise
+            except Exception:
+                logger.exception("pgmsg: broadcast listener %r on %r failed", func, name)
+
+    # -- connections and signals -------------------------------------------------------------
+
+    def _connect_listener(self) -> None:
+        if self._listen_conn is not None and not self._listen_conn.closed:
+            return
+        params = connections[self.database].get_connection_params()
+        for key in ("cursor_factory", "context", "prepare_threshold", "server_side_binding"):
+            params.pop(key, None)
+        conn = psycopg.connect(**params, autocommit=True)
+        names = [channels.WAKE_CHANNEL] + [
+            channels.BROADCAST_PREFIX + name for name in sorted(self.broadcast)
+        ]
+        for name in names:
+            conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(name)))
+        self._listen_conn = conn
+
+    def _close(self) -> None:
+        if self._listen_conn is not None:
+            try:
+                self._listen_conn.close()
+            except psycopg.Error:
+                pass
+            self._listen_conn = None
+        try:
+            connections[self.database].close()
+        except DatabaseError:
+            pass
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.stopping and time.monotonic() < deadline:
+            time.sleep(min(0.1, deadline - time.monotonic()))
+
+    def _install_signal_handlers(self) -> None:
+        def handler(signum, frame):
+            if self.stopping:
+                logger.warning("pgmsg worker %s: second signal, exiting at once", os.getpid())
+                os._exit(128 + signum)
+            logger.info("pgmsg worker %s: signal %s, finishing the message in hand", os.getpid(),
+                        signum)
+            self.stop()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+
+def _split_channels(names: Iterable[str] | None) -> tuple[set[str], set[str]]:
+    """Channels to serve, as (exactly-once, broadcast); names given must be known and listened."""
+    registry = channels.registry
+    if names is None:
+        wanted = {name for name, funcs in registry.listeners.items() if funcs}
+    else:
+        wanted = set()
+        for name in names:
+            registry.get(name)  # raises UnknownChannel with the known names
+            if not registry.listeners.get(name):
+                raise errors.ConfigurationError(f"channel {name!r} has no listener registered")
+            wanted.add(name)
+    for name in wanted:
+        registry.get(name)
+    stored = {n for n in wanted if registry.get(n).delivery == channels.EXACTLY_ONCE}
+    return stored, wanted - stored

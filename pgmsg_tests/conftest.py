@@ -1,0 +1,76 @@
+"""Shared fixtures: worker processes against the test database, and a clean slate per test."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from pgmsg.devdb import database_url
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class WorkerProcesses:
+    """`manage.py listen` processes against the test database, stopped at the end of the test."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.procs: list[subprocess.Popen] = []
+
+    def env(self) -> dict:
+        env = dict(os.environ)
+        env["DATABASE_URL"] = database_url(connection.settings_dict)
+        env["DJANGO_SETTINGS_MODULE"] = "pgmsg_tests.settings"
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def start(self, *args: str) -> subprocess.Popen:
+        log = open(self.tmp_path / f"worker{len(self.procs)}.log", "w")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "django", "listen", "-v", "2", *args],
+            cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        proc.log_path = log.name
+        self.procs.append(proc)
+        return proc
+
+    def log(self, proc: subprocess.Popen) -> str:
+        return Path(proc.log_path).read_text()
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+
+
+@pytest.fixture
+def workers(tmp_path):
+    procs = WorkerProcesses(tmp_path)
+    yield procs
+    procs.stop_all()
+
+
+def wait_for(predicate, *, timeout: float = 60.0, interval: float = 0.05, message: str = ""):
+    """Poll until predicate() is truthy; fail the test with ``message`` after ``timeout``.
+
+    A generous timeout only bounds a broken run: it is not a speed assertion.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout}s waiting for: {message or predicate}")

@@ -1,0 +1,30 @@
+"""Small helpers shared by test modules."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from pgmsg.models import Notification
+from pgmsg.worker import Worker
+from pgmsg_tests.testapp.models import Effect
+
+
+def drain(*channel_names: str, batch_size: int | None = None) -> Worker:
+    """Run an in-process worker until nothing is due, and return it."""
+    worker = Worker(channel_names=channel_names or None, until_idle=True,
+                    install_signal_handlers=False, batch_size=batch_size)
+    worker.run()
+    return worker
+
+
+def effect_counts(channel: str = "test.work", listener: str = "record_work") -> Counter:
+    return Counter(
+        Effect.objects.filter(channel=channel, listener=listener).values_list("key", flat=True)
+    )
+
+
+def make_due_now() -> None:
+    """Skip retry backoff: make every pending row due (tests must not wait out delays)."""
+    from django.db.models.functions import Now
+
+    Notification.objects.filter(status="pending").update(available_at=Now())

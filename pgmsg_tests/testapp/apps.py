@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class TestappConfig(AppConfig):
+    name = "pgmsg_tests.testapp"
+    label = "testapp"

@@ -1,0 +1,43 @@
+"""Channels used by the tests."""
+
+import datetime as dt
+import enum
+import uuid
+from decimal import Decimal
+
+import pgmsg
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Work(pgmsg.Channel, name="test.work"):
+    """Behaviour is driven by the payload so tests can ask for failures, delays and crashes."""
+
+    key: str
+    fail_times: int = 0  # raise while the delivery's attempts are below this
+    always_fail: bool = False
+    sleep: float = 0.0
+
+
+class Typed(pgmsg.Channel, name="test.typed", max_attempts=2):
+    when: dt.datetime
+    day: dt.date
+    amount: Decimal
+    ident: uuid.UUID
+    colour: Colour
+    tags: list[str]
+    extra: dict[str, int]
+    note: str | None = None
+
+
+class Shout(pgmsg.Channel, name="test.shout", delivery=pgmsg.BROADCAST):
+    text: str
+
+
+class Unheard(pgmsg.Channel, name="test.unheard"):
+    """Has no listener: workers must leave its rows alone."""
+
+    key: str

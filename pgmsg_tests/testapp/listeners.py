@@ -1,0 +1,70 @@
+"""Listeners of the test channels: each records its effect in the Effect table."""
+
+import os
+import time
+
+import pgmsg
+from pgmsg_tests.testapp.channels import Shout, Typed, Work
+from pgmsg_tests.testapp.models import Effect
+
+
+@pgmsg.listener(Work)
+def record_work(message: Work) -> None:
+    if message.sleep:
+        time.sleep(message.sleep)
+    Effect.objects.create(channel="test.work", key=message.key, listener="record_work",
+                          worker_pid=os.getpid())
+    if message.always_fail:
+        raise RuntimeError(f"work {message.key} always fails")
+    if pgmsg.current_delivery().attempts < message.fail_times:
+        raise RuntimeError(f"work {message.key} fails on attempt "
+                           f"{pgmsg.current_delivery().attempts + 1}")
+
+
+@pgmsg.listener(Work)
+def second_listener(message: Work) -> None:
+    Effect.objects.create(channel="test.work", key=message.key, listener="second_listener",
+                          worker_pid=os.getpid())
+
+
+@pgmsg.listener(Typed)
+def record_typed(message: Typed) -> None:
+    Effect.objects.create(
+        channel="test.typed",
+        key=str(message.ident),
+        data={
+            "when": message.when.isoformat(),
+            "day": message.day.isoformat(),
+            "amount": str(message.amount),
+            "colour": message.colour.value,
+            "tags": message.tags,
+            "extra": message.extra,
+            "note": message.note,
+            "types": [type(message.when).__name__, type(message.amount).__name__,
+                      type(message.ident).__name__, type(message.colour).__name__],
+        },
+    )
+
+
+@pgmsg.listener(Shout)
+def record_shout(message: Shout) -> None:
+    Effect.objects.create(channel="test.shout", key=message.text, worker_pid=os.getpid())
+
+
+@pgmsg.listener("order_changed")
+def record_order_change(change: pgmsg.RowChange) -> None:
+    old, new = change.old, change.new
+    Effect.objects.create(
+        channel="order_changed",
+        key=(new or old).reference,
+        data={
+            "op": change.operation,
+            "old": None if old is None else
+            {"reference": old.reference, "total": str(old.total), "id": old.pk},
+            "new": None if new is None else
+            {"reference": new.reference, "total": str(new.total), "id": new.pk,
+             "weight": new.weight, "details": new.details,
+             "placed_at": new.placed_at.isoformat() if new.placed_at else None,
+             "types": [type(new.total).__name__, type(new.weight).__name__]},
+        },
+    )

@@ -1,0 +1,35 @@
+"""Models of the test app: a model with a trigger channel, and a table of handler effects."""
+
+import pgtrigger
+from django.db import models
+
+import pgmsg
+
+
+class Order(models.Model):
+    reference = models.CharField(max_length=40)
+    total = models.DecimalField(max_digits=12, decimal_places=2, default=0)
+    weight = models.FloatField(default=0)
+    placed_at = models.DateTimeField(null=True)
+    details = models.JSONField(default=dict)
+
+    class Meta:
+        triggers = [
+            pgmsg.ChannelTrigger(
+                channel="order_changed",
+                operation=pgtrigger.Insert | pgtrigger.Update | pgtrigger.Delete,
+            )
+        ]
+
+
+class Effect(models.Model):
+    """One row per handler run that committed: duplicates here mean a broken guarantee."""
+
+    channel = models.CharField(max_length=63)
+    key = models.TextField()
+    listener = models.CharField(max_length=40, default="")
+    data = models.JSONField(default=dict)
+    worker_pid = models.IntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["channel", "key"])]
