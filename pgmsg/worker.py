@@ -178,6 +178,41 @@ class NotificationSource:
             return cursor.fetchone()[0]
 
 
+@dataclasses.dataclass(frozen=True)
+class SourceOptions:
+    """What a worker was asked to serve, handed to each feature's ``worker_sources()``."""
+
+    #: Nothing was named: serve every inbox / subscription that has handlers.
+    serve_all: bool
+    #: Names given with --inbox / --subscription (None when not given).
+    inboxes: list[str] | None
+    subscriptions: list[str] | None
+    #: (i, N): take only share i of N (static partitioning), or None for all.
+    partition: tuple[int, int] | None
+
+
+#: Modules that contribute sources to every worker through ``worker_sources(options)``.
+#: A module that is not there (a feature not installed) is skipped.
+SOURCE_MODULES = ["pgmsg.inbox", "pgmsg.subscriptions"]
+
+
+def _source_module(name: str):
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+        return _NoSources
+
+
+class _NoSources:
+    @staticmethod
+    def worker_sources(options: SourceOptions) -> list:
+        return []
+
+
 class Worker:
     """Runs sources until stopped. ``manage.py listen`` builds one per process."""
 
@@ -185,6 +220,9 @@ class Worker:
         self,
         *,
         channel_names: Iterable[str] | None = None,
+        inboxes: Iterable[str] | None = None,
+        subscriptions: Iterable[str] | None = None,
+        partition: tuple[int, int] | None = None,
         sources: Iterable[Source] = (),
         batch_size: int | None = None,
         until_idle: bool = False,
@@ -199,15 +237,29 @@ class Worker:
         self.handled = 0
         self._listen_conn: psycopg.Connection | None = None
 
+        # Naming any channel, inbox or subscription serves only what is named; naming nothing
+        # serves everything that has a handler.
+        named = channel_names is not None or inboxes is not None or subscriptions is not None
+        options = SourceOptions(
+            serve_all=not named and not sources,
+            inboxes=None if inboxes is None else list(inboxes),
+            subscriptions=None if subscriptions is None else list(subscriptions),
+            partition=partition,
+        )
+        if channel_names is None and named:
+            channel_names = []
+        if channel_names is None and sources:
+            channel_names = []
         stored, self.broadcast = _split_channels(channel_names)
         self.sources: list[Source] = list(sources)
         if stored:
             self.sources.insert(0, NotificationSource(stored))
+        for module_name in SOURCE_MODULES:
+            self.sources.extend(_source_module(module_name).worker_sources(options))
         if not self.sources and not self.broadcast:
             raise errors.ConfigurationError(
-                "nothing to listen to: no listener is registered for the channels given "
-                f"({sorted(channel_names) if channel_names else 'all'}); define listeners in an "
-                "app's listeners.py with @pgmsg.listener(...)"
+                "nothing to listen to: no listener or handler is registered for what was named "
+                "(or at all); define listeners in an app's listeners.py with @pgmsg.listener(...)"
             )
 
     # -- running -----------------------------------------------------------------------------
