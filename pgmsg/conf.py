@@ -26,6 +26,17 @@ class Settings:
     SWEEP_INTERVAL: float = 5.0
     #: Longest pause, in seconds, between attempts to reconnect a lost database connection.
     RECONNECT_BACKOFF_MAX: float = 10.0
+    #: Inbox retention, in seconds: processed messages are deleted this long after processing
+    #: (their ids stop deduplicating then), dead and discarded ones after INBOX_DEAD_RETENTION.
+    INBOX_RETENTION: float = 72 * 3600.0
+    INBOX_DEAD_RETENTION: float = 7 * 24 * 3600.0
+    #: Seconds between the retention passes a worker runs on each inbox it serves.
+    INBOX_RETENTION_INTERVAL: float = 300.0
+    #: An inbox is "degraded" from this many pending messages, dead letters, or seconds of age
+    #: of its oldest pending message.
+    INBOX_DEGRADED_PENDING: int = 10_000
+    INBOX_DEGRADED_DEAD: int = 1
+    INBOX_DEGRADED_AGE: float = 300.0
 
 
 def _check_types(values: dict) -> Settings:

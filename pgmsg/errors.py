@@ -29,3 +29,19 @@ class PayloadError(PgmsgError, ValueError):
 
 class PayloadTooLarge(PayloadError):
     """A broadcast payload beyond PostgreSQL's NOTIFY limit (under 8000 bytes)."""
+
+
+class InboxAlreadyDeclared(ConfigurationError):
+    """Two declarations claim the same inbox name with different options."""
+
+
+class UnknownInbox(PgmsgError, LookupError):
+    """An inbox name that no declaration registered."""
+
+
+class UnknownMessageType(PgmsgError, LookupError):
+    """An inbox message whose type has no handler: it is dead-lettered at once, never retried."""
+
+
+class InvalidMessage(PgmsgError, ValueError):
+    """An inbox message that cannot be stored (empty id or type, payload not JSON, ...)."""

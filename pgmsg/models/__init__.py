@@ -1,5 +1,6 @@
 """Every pgmsg table, in the order a message travels. One module per kind of message."""
 
+from pgmsg.models.inbox import InboxMessage
 from pgmsg.models.notifications import Notification
 
-__all__ = ["Notification"]
+__all__ = ["InboxMessage", "Notification"]

@@ -1,0 +1,119 @@
+"""Inbox messages received from outside, from receipt to processed, dead or discarded."""
+
+from __future__ import annotations
+
+import pgtrigger
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.db.models.functions import Now
+
+from pgmsg.channels import WAKE_CHANNEL
+
+#: NOTIFY payload prefix on the wake channel: "inbox:<inbox name>".
+WAKE_PREFIX = "inbox:"
+
+
+class InboxMessage(models.Model):
+    """One message of one inbox. ``(inbox, message_id)`` is the idempotency key.
+
+    Producers that are not Django may insert ``(inbox, message_id, type, payload)`` directly
+    with ``ON CONFLICT DO NOTHING``: every other column has a database default, and a
+    statement trigger NOTIFYs the workers. The table also has a database-only column
+    ``transaction_id xid8 DEFAULT pg_current_xact_id()`` (added by the migration with SQL,
+    since Django has no xid8 field) for gap-free incremental export.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "pending"
+        PROCESSED = "processed", "processed"
+        DEAD = "dead", "dead"
+        DISCARDED = "discarded", "discarded"
+
+    #: Also the arrival order: ordered inboxes handle an aggregate's messages by ascending id.
+    id = models.BigAutoField(primary_key=True)
+    inbox = models.CharField(max_length=63)
+    message_id = models.TextField()
+    type = models.TextField()
+    source = models.TextField(blank=True, default="", db_default="")
+    aggregate_id = models.TextField(null=True, blank=True)
+    payload = models.JSONField(encoder=DjangoJSONEncoder)
+    trace_id = models.TextField(blank=True, default="", db_default="")
+    status = models.CharField(
+        max_length=10, choices=Status.choices, default=Status.PENDING, db_default=Status.PENDING
+    )
+    #: Failed attempts so far.
+    attempts = models.IntegerField(default=0, db_default=0)
+    last_error = models.TextField(blank=True, default="", db_default="")
+    #: Not claimed before this time (retry backoff).
+    available_at = models.DateTimeField(db_default=Now())
+    received_at = models.DateTimeField(db_default=Now())
+    processed_at = models.DateTimeField(null=True, blank=True)
+    last_failed_at = models.DateTimeField(null=True, blank=True)
+    discarded_at = models.DateTimeField(null=True, blank=True)
+    discard_reason = models.TextField(blank=True, default="", db_default="")
+
+    class Meta:
+        db_table = "pgmsg_inbox_message"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["inbox", "message_id"], name="pgmsg_inbox_message_unique"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(status__in=["pending", "processed", "dead", "discarded"]),
+                name="pgmsg_inbox_message_status",
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(message_id="") & ~models.Q(type=""),
+                name="pgmsg_inbox_message_id_type",
+            ),
+        ]
+        indexes = [
+            # Unordered claim: due pending rows of one inbox in id order.
+            models.Index(
+                fields=["inbox", "id"],
+                condition=models.Q(status="pending"),
+                name="pgmsg_inbox_pending",
+            ),
+            # Ordered claim and gap check: the head (lowest open id) of each aggregate.
+            models.Index(
+                fields=["inbox", "aggregate_id", "id"],
+                condition=models.Q(status__in=["pending", "dead"]),
+                name="pgmsg_inbox_open_aggregate",
+            ),
+            # Throughput (processed in the last minute) and retention.
+            models.Index(
+                fields=["inbox", "processed_at"],
+                condition=models.Q(status="processed"),
+                name="pgmsg_inbox_processed",
+            ),
+        ]
+        permissions = [
+            ("replay_inboxmessage", "Can replay dead or retrying inbox messages"),
+            ("discard_inboxmessage", "Can discard inbox messages"),
+        ]
+        triggers = [
+            # One NOTIFY per inbox per statement (NOTIFY is delivered at commit, and identical
+            # payloads of one transaction fold into one). Duplicates skipped by ON CONFLICT DO
+            # NOTHING are not in new_rows, so an all-duplicate insert wakes nobody.
+            pgtrigger.Trigger(
+                name="pgmsg_inbox_wake",
+                level=pgtrigger.Statement,
+                when=pgtrigger.After,
+                operation=pgtrigger.Insert,
+                referencing=pgtrigger.Referencing(new="new_rows"),
+                func=(
+                    f"PERFORM pg_notify('{WAKE_CHANNEL}', '{WAKE_PREFIX}' || i.inbox) "
+                    "FROM (SELECT DISTINCT inbox FROM new_rows) AS i; RETURN NULL;"
+                ),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.inbox} {self.message_id} ({self.state})"
+
+    @property
+    def state(self) -> str:
+        """pending, retrying (pending after a failure), processed, dead or discarded."""
+        if self.status == self.Status.PENDING and self.attempts:
+            return "retrying"
+        return self.status
