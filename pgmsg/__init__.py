@@ -1,7 +1,8 @@
 """pgmsg: PostgreSQL-native messaging for Django.
 
 The public API, re-exported lazily: Django imports this package before models are ready,
-so nothing here may import a module that imports models at import time.
+so nothing here may import a module that imports models at import time. No submodule may
+share a name with an export (importing it would shadow the export on the package).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ _EXPORTS = {
     "dead_letters": "pgmsg.deadletter",
     "discard": "pgmsg.deadletter",
     "listener": "pgmsg.channels",
-    "notify": "pgmsg.notify",
-    "notify_many": "pgmsg.notify",
+    "notify": "pgmsg.sending",
+    "notify_many": "pgmsg.sending",
     "replay": "pgmsg.deadletter",
 }
 

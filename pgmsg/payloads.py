@@ -104,8 +104,6 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
         hints = _hints(hint)
         fields = {f.name: f for f in dataclasses.fields(hint) if f.init}
         unknown = sorted(set(value) - set(fields))
-        if unknown:
-            raise errors.PayloadError(f"{path}: unknown field(s) {unknown}")
         missing = [
             name
             for name, f in fields.items()
@@ -113,8 +111,11 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
             and f.default is dataclasses.MISSING
             and f.default_factory is dataclasses.MISSING
         ]
-        if missing:
-            raise errors.PayloadError(f"{path}: missing field(s) {missing}")
+        problems = ([f"missing field(s) {missing}"] if missing else []) + (
+            [f"unknown field(s) {unknown}"] if unknown else []
+        )
+        if problems:
+            raise errors.PayloadError(f"{path}: {', '.join(problems)}")
         return hint(
             **{k: _convert(hints[k], v, f"{path}.{k}") for k, v in value.items()}
         )
