@@ -20,6 +20,7 @@ _EXPORTS = {
     "current_delivery": "pgmsg.worker",
     "dead_letters": "pgmsg.deadletter",
     "discard": "pgmsg.deadletter",
+    "export_tables": "pgmsg.export",
     "listener": "pgmsg.channels",
     "notify": "pgmsg.sending",
     "notify_many": "pgmsg.sending",

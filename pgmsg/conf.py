@@ -26,6 +26,10 @@ class Settings:
     SWEEP_INTERVAL: float = 5.0
     #: Longest pause, in seconds, between attempts to reconnect a lost database connection.
     RECONNECT_BACKOFF_MAX: float = 10.0
+    #: Spark master of manage.py pgmsg_export when --master is not given.
+    EXPORT_SPARK_MASTER: str = "local[*]"
+    #: Rows per Spark read partition when --partitions is not given.
+    EXPORT_ROWS_PER_PARTITION: int = 250_000
     #: Inbox retention, in seconds: processed messages are deleted this long after processing
     #: (their ids stop deduplicating then), dead and discarded ones after INBOX_DEAD_RETENTION.
     INBOX_RETENTION: float = 72 * 3600.0

@@ -45,3 +45,11 @@ class UnknownMessageType(PgmsgError, LookupError):
 
 class InvalidMessage(PgmsgError, ValueError):
     """An inbox message that cannot be stored (empty id or type, payload not JSON, ...)."""
+
+
+class ExportError(PgmsgError):
+    """A Parquet export that could not run or finish; the watermarks did not move."""
+
+
+class JavaMissing(ExportError):
+    """Spark needs Java 17+ and none was found; the message says what to install."""
