@@ -1,0 +1,14 @@
+"""pgmsg's URLs: ``path("pgmsg/", include("pgmsg.urls"))`` in the project's urlconf."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from pgmsg import views
+
+app_name = "pgmsg"
+
+urlpatterns = [
+    path("inbox/health/", views.inbox_health, name="inbox-health"),
+    path("inbox/health/<str:name>/", views.inbox_health, name="inbox-health-one"),
+]
