@@ -22,6 +22,9 @@ class Settings:
     #: First retry delay in seconds; doubles with each attempt, up to RETRY_BACKOFF_MAX.
     RETRY_BACKOFF: float = 1.0
     RETRY_BACKOFF_MAX: float = 300.0
+    #: Run every message under its own savepoint (one extra round trip each) instead of one
+    #: savepoint per batch with a per-message re-run only when a handler fails.
+    SAVEPOINT_PER_MESSAGE: bool = False
     #: Seconds between sweeps for rows whose NOTIFY was missed, and for due retries.
     SWEEP_INTERVAL: float = 5.0
     #: Longest pause, in seconds, between attempts to reconnect a lost database connection.
@@ -56,10 +59,12 @@ def _check_types(values: dict) -> Settings:
             "str": isinstance(value, str),
             "int": isinstance(value, int) and not isinstance(value, bool) and value > 0,
             "float": isinstance(value, int | float) and not isinstance(value, bool) and value > 0,
+            "bool": isinstance(value, bool),
         }[expected]
         if not ok:
             raise errors.ConfigurationError(
-                f"PGMSG[{key!r}] must be a positive {expected}, got {value!r}"
+                f"PGMSG[{key!r}] must be "
+                f"{'a bool' if expected == 'bool' else 'a positive ' + expected}, got {value!r}"
             )
     return Settings(**values)
 

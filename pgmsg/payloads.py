@@ -54,7 +54,46 @@ def _hints(cls: type) -> dict[str, Any]:
 
 def load(cls: type, data: Any) -> Any:
     """Build an instance of dataclass ``cls`` from decoded JSON, converting by type hints."""
-    return _convert(cls, data, cls.__name__)
+    return _load_dataclass(cls, data, cls.__name__)
+
+
+# JSON already yields these exact types; a value of exactly that type needs no conversion.
+_PASS_THROUGH = {str: (str,), int: (int,), bool: (bool,), float: (float,)}
+
+
+@cache
+def _plan(cls: type) -> tuple[frozenset, list[str], dict[str, tuple[Any, tuple]]]:
+    """Per dataclass, computed once: field names, required names, and (hint, pass-through)."""
+    hints = _hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    required = [
+        name
+        for name, f in fields.items()
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    return (
+        frozenset(fields),
+        required,
+        {name: (hints[name], _PASS_THROUGH.get(hints[name], ())) for name in fields},
+    )
+
+
+def _load_dataclass(cls: type, value: Any, path: str) -> Any:
+    if not isinstance(value, dict):
+        raise errors.PayloadError(f"{path}: expected a JSON object, got {value!r}")
+    names, required, fields = _plan(cls)
+    if not names.issuperset(value) or not all(name in value for name in required):
+        unknown = sorted(set(value) - names)
+        missing = [name for name in required if name not in value]
+        problems = ([f"missing field(s) {missing}"] if missing else []) + (
+            [f"unknown field(s) {unknown}"] if unknown else []
+        )
+        raise errors.PayloadError(f"{path}: {', '.join(problems)}")
+    kwargs = {}
+    for key, item in value.items():
+        hint, exact = fields[key]
+        kwargs[key] = item if type(item) in exact else _convert(hint, item, f"{path}.{key}")
+    return cls(**kwargs)
 
 
 def _convert(hint: Any, value: Any, path: str) -> Any:
@@ -87,7 +126,9 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
         if origin is tuple and args and args[-1] is not Ellipsis:
             if len(args) != len(value):
                 raise errors.PayloadError(f"{path}: expected {len(args)} items, got {len(value)}")
-            return tuple(_convert(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+            return tuple(
+                _convert(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value))
+            )
         item = args[0] if args else Any
         return origin(_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value))
     if origin is dict:
@@ -99,26 +140,7 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
             for k, v in value.items()
         }
     if dataclasses.is_dataclass(hint):
-        if not isinstance(value, dict):
-            raise errors.PayloadError(f"{path}: expected a JSON object, got {value!r}")
-        hints = _hints(hint)
-        fields = {f.name: f for f in dataclasses.fields(hint) if f.init}
-        unknown = sorted(set(value) - set(fields))
-        missing = [
-            name
-            for name, f in fields.items()
-            if name not in value
-            and f.default is dataclasses.MISSING
-            and f.default_factory is dataclasses.MISSING
-        ]
-        problems = ([f"missing field(s) {missing}"] if missing else []) + (
-            [f"unknown field(s) {unknown}"] if unknown else []
-        )
-        if problems:
-            raise errors.PayloadError(f"{path}: {', '.join(problems)}")
-        return hint(
-            **{k: _convert(hints[k], v, f"{path}.{k}") for k, v in value.items()}
-        )
+        return _load_dataclass(hint, value, path)
     return _scalar(hint, value, path)
 
 

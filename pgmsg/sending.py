@@ -43,7 +43,9 @@ def notify_many(messages: Iterable[channels.Channel], *, using: str | None = Non
         text = payloads.dumps(message)
         if spec.delivery == channels.BROADCAST:
             _check_broadcast_size(spec, text)
-            broadcasts.append({"notify_channel": channels.BROADCAST_PREFIX + spec.name, "payload": text})
+            broadcasts.append(
+                {"notify_channel": channels.BROADCAST_PREFIX + spec.name, "payload": text}
+            )
         else:
             stored_channels.append(spec.name)
             stored_payloads.append(text)

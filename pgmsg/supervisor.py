@@ -59,7 +59,10 @@ class Supervisor:
             )
             logger.error(
                 "pgmsg supervisor: worker %s died (exit %s) after %.1fs; restarting in %.1fs",
-                pid, code, lived, self.restart_delay,
+                pid,
+                code,
+                lived,
+                self.restart_delay,
             )
             self._pause(self.restart_delay)
             if not self.signals:

@@ -35,6 +35,8 @@ _SQL = sql.load("notifications.sql")
 # Errors that retrying cannot mend: the message goes straight to the dead letters.
 PERMANENT_ERRORS = (errors.PayloadError, errors.UnknownChannel)
 _CONNECTION_ERRORS = (OperationalError, InterfaceError, DatabaseError, psycopg.Error)
+# A lost connection shows as InterfaceError, or OperationalError with the connection closed.
+_CONNECTION_ERRORS_STRICT = (InterfaceError, psycopg.InterfaceError)
 _MAX_ERROR_CHARS = 4000
 
 
@@ -96,6 +98,59 @@ def describe_error(exc: BaseException) -> str:
     return text
 
 
+def run_batch(worker, rows, prepare, on_failure) -> list:
+    """Run the handlers of claimed ``rows`` inside the caller's claim transaction.
+
+    ``prepare(row)`` returns ``(delivery, handle, fail)``: ``handle()`` runs the row's handlers
+    and ``fail(exc)`` builds the failure record passed to ``on_failure``. Returns the ids of
+    the rows handled.
+
+    Fast path: the whole batch runs under one savepoint. If any handler raises, that savepoint
+    is rolled back (undoing every write of the batch so far) and the batch is run again with a
+    savepoint per message, so the failure is recorded and the other messages still commit.
+    Savepoints cost a round trip each; paying them only for batches that saw a failure is what
+    makes batching pay. The price: in such a batch, the handlers of the messages before the
+    failing one run twice (their database writes are kept once). PGMSG["SAVEPOINT_PER_MESSAGE"]
+    turns the fast path off.
+    """
+    db = worker.database
+    if not conf.get().SAVEPOINT_PER_MESSAGE:
+        done = []
+        try:
+            with transaction.atomic(using=db):
+                for row in rows:
+                    if worker.stopping:
+                        break  # unhandled rows stay pending; their locks go at commit
+                    delivery, handle, _ = prepare(row)
+                    token = _current.set(delivery)
+                    try:
+                        handle()
+                    finally:
+                        _current.reset(token)
+                    done.append(delivery.id)
+            return done
+        except _CONNECTION_ERRORS_STRICT:
+            raise
+        except Exception:
+            pass  # rolled back; run the batch again, one savepoint per message
+    done = []
+    for row in rows:
+        if worker.stopping:
+            break
+        delivery, handle, fail = prepare(row)
+        token = _current.set(delivery)
+        try:
+            with transaction.atomic(using=db):
+                handle()
+        except Exception as exc:
+            on_failure(fail(exc))
+        else:
+            done.append(delivery.id)
+        finally:
+            _current.reset(token)
+    return done
+
+
 class NotificationSource:
     """Stored notifications of the exactly-once channels that have listeners here."""
 
@@ -111,39 +166,32 @@ class NotificationSource:
 
     def process_batch(self, worker: Worker) -> int:
         db = worker.database
-        done: list[int] = []
-        failed: list[tuple[int, str, float, bool]] = []
+        failures: dict[int, tuple[str, float, bool]] = {}
         with transaction.atomic(using=db):
             with connections[db].cursor() as cursor:
                 cursor.execute(
                     _SQL["claim_notifications"],
                     {"channels": self.names, "limit": worker.batch_size},
                 )
-                rows = cursor.fetchall()
-                for id_, channel, text, attempts in rows:
-                    if worker.stopping:
-                        break  # unhandled rows stay pending; the lock goes at commit
-                    token = _current.set(Delivery("notification", id_, channel, attempts))
-                    try:
-                        with transaction.atomic(using=db):
-                            self._handle(channel, text)
-                    except Exception as exc:
-                        failed.append(self._failure(id_, channel, attempts, exc))
-                    else:
-                        done.append(id_)
-                    finally:
-                        _current.reset(token)
-                if done:
-                    cursor.execute(_SQL["ack_notifications"], {"ids": done})
-                if failed:
-                    ids, errs, delays, dead = zip(*failed)
-                    cursor.execute(
-                        _SQL["fail_notifications"],
-                        {"ids": list(ids), "errors": list(errs), "delays": list(delays),
-                         "dead": list(dead)},
+                rows = sorted(cursor.fetchall())
+                done = set(
+                    run_batch(
+                        worker, rows, self._prepare, lambda f: failures.__setitem__(f[0], f[1:])
                     )
+                )
+                left = [row for row in rows if row[0] not in done]
+                if left:
+                    cursor.execute(_SQL["restore_notifications"], _restore_params(left, failures))
         worker.handled += len(done)
         return len(rows)
+
+    def _prepare(self, row):
+        id_, channel, text, attempts = row[:4]
+        return (
+            Delivery("notification", id_, channel, attempts),
+            lambda: self._handle(channel, text),
+            lambda exc: self._failure(id_, channel, attempts, exc),
+        )
 
     def _handle(self, channel: str, text: str) -> None:
         spec = self._specs[channel]
@@ -168,7 +216,11 @@ class NotificationSource:
             text = "not retried: the payload cannot succeed on a retry\n" + text
         logger.warning(
             "pgmsg: notification %s on %r failed (attempt %s%s): %s",
-            id_, channel, attempts + 1, ", now dead" if dead else "", exc,
+            id_,
+            channel,
+            attempts + 1,
+            ", now dead" if dead else "",
+            exc,
         )
         return id_, text, 0.0 if dead else retry_delay(attempts), dead
 
@@ -211,6 +263,24 @@ class _NoSources:
     @staticmethod
     def worker_sources(options: SourceOptions) -> list:
         return []
+
+
+def _restore_params(rows: list[tuple], failures: dict[int, tuple[str, float, bool]]) -> dict:
+    columns = list(zip(*rows))
+    no_failure = (None, None, False)
+    extra = [failures.get(row[0], no_failure) for row in rows]
+    return {
+        "ids": list(columns[0]),
+        "channels": list(columns[1]),
+        "payloads": list(columns[2]),
+        "attempts": list(columns[3]),
+        "available_at": list(columns[4]),
+        "created_at": list(columns[5]),
+        "errors": [f[0] if f[0] is not None else row[6] for f, row in zip(extra, rows)],
+        "failed_at": list(columns[7]),
+        "delays": [f[1] for f in extra],
+        "dead": [f[2] for f in extra],
+    }
 
 
 class Worker:
@@ -269,7 +339,9 @@ class Worker:
             self._install_signal_handlers()
         logger.info(
             "pgmsg worker %s: sources %s, broadcast %s",
-            os.getpid(), [s.label for s in self.sources], sorted(self.broadcast),
+            os.getpid(),
+            [s.label for s in self.sources],
+            sorted(self.broadcast),
         )
         reconnect_delay = 0.5
         while not self.stopping:
@@ -282,7 +354,9 @@ class Worker:
                     break
                 logger.warning(
                     "pgmsg worker %s: database connection lost (%s); reconnecting in %.1fs",
-                    os.getpid(), exc, reconnect_delay,
+                    os.getpid(),
+                    exc,
+                    reconnect_delay,
                 )
                 self._close()
                 self._sleep(reconnect_delay)
@@ -330,8 +404,10 @@ class Worker:
         deadline = time.monotonic() + timeout
         while not self.stopping:
             slice_ = min(0.25, max(deadline - time.monotonic(), 0.0))
-            got = [(n.payload, n.channel) for n in self._listen_conn.notifies(
-                timeout=slice_, stop_after=1)]
+            got = [
+                (n.payload, n.channel)
+                for n in self._listen_conn.notifies(timeout=slice_, stop_after=1)
+            ]
             if got or time.monotonic() >= deadline:
                 return got
         return []
@@ -393,8 +469,9 @@ class Worker:
             if self.stopping:
                 logger.warning("pgmsg worker %s: second signal, exiting at once", os.getpid())
                 os._exit(128 + signum)
-            logger.info("pgmsg worker %s: signal %s, finishing the message in hand", os.getpid(),
-                        signum)
+            logger.info(
+                "pgmsg worker %s: signal %s, finishing the message in hand", os.getpid(), signum
+            )
             self.stop()
 
         signal.signal(signal.SIGTERM, handler)

@@ -35,7 +35,10 @@ class WorkerProcesses:
         log = open(self.tmp_path / f"worker{len(self.procs)}.log", "w")
         proc = subprocess.Popen(
             [sys.executable, "-m", "django", "listen", "-v", "2", *args],
-            cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         proc.log_path = log.name

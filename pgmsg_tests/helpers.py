@@ -11,8 +11,12 @@ from pgmsg_tests.testapp.models import Effect
 
 def drain(*channel_names: str, batch_size: int | None = None) -> Worker:
     """Run an in-process worker until nothing is due, and return it."""
-    worker = Worker(channel_names=channel_names or None, until_idle=True,
-                    install_signal_handlers=False, batch_size=batch_size)
+    worker = Worker(
+        channel_names=channel_names or None,
+        until_idle=True,
+        install_signal_handlers=False,
+        batch_size=batch_size,
+    )
     worker.run()
     return worker
 

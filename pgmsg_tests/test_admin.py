@@ -55,16 +55,18 @@ def test_actions_need_their_permissions(client, states):
     form = client.get(URL).context.get("action_form")
     actions = dict(form.fields["action"].choices) if form else {}
     assert "replay_selected" not in actions and "discard_selected" not in actions
-    response = client.post(URL, {"action": "replay_selected", "_selected_action": [
-        states["dead"].pk]})
+    response = client.post(
+        URL, {"action": "replay_selected", "_selected_action": [states["dead"].pk]}
+    )
     assert Notification.objects.get(pk=states["dead"].pk).status == "dead"
     assert response.status_code in (200, 302)
 
 
 def test_replay_action_replays(client, states):
     client.force_login(staff("replay_notification"))
-    response = client.post(URL, {"action": "replay_selected",
-                                 "_selected_action": [states["dead"].pk]}, follow=True)
+    response = client.post(
+        URL, {"action": "replay_selected", "_selected_action": [states["dead"].pk]}, follow=True
+    )
     assert "Replayed 1 notification(s)." in response.content.decode()
     row = Notification.objects.get(pk=states["dead"].pk)
     assert row.status == "pending" and row.attempts == 0
@@ -73,8 +75,11 @@ def test_replay_action_replays(client, states):
 def test_discard_action_discards_dead_only(client, states):
     client.force_login(staff("discard_notification"))
     selected = [states["dead"].pk, states["pending"].pk]
-    response = client.post(URL, {"action": "discard_selected", "_selected_action": selected},
-                           follow=True)
+    response = client.post(
+        URL, {"action": "discard_selected", "_selected_action": selected}, follow=True
+    )
     assert "Discarded 1 notification(s) (1 not dead, left alone)." in response.content.decode()
     assert set(Notification.objects.values_list("pk", flat=True)) == {
-        states["pending"].pk, states["retrying"].pk}
+        states["pending"].pk,
+        states["retrying"].pk,
+    }

@@ -19,7 +19,9 @@ def test_settings_have_documented_defaults():
 
 @override_settings(PGMSG={"BATCH_SIZE": 0})
 def test_bad_setting_value_is_reported():
-    with pytest.raises(errors.ConfigurationError, match=r"PGMSG\['BATCH_SIZE'\] must be a positive int"):
+    with pytest.raises(
+        errors.ConfigurationError, match=r"PGMSG\['BATCH_SIZE'\] must be a positive int"
+    ):
         conf.get()
     assert ids(checks.check_settings()) == ["pgmsg.E003"]
 
@@ -33,9 +35,12 @@ def test_unknown_setting_is_reported():
 def test_a_database_that_is_not_postgresql_is_an_error(settings):
     from django.db import connections
 
-    settings.DATABASES = {**settings.DATABASES,
-                          "lite": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+    settings.DATABASES = {
+        **settings.DATABASES,
+        "lite": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+    }
     settings.PGMSG = {"DATABASE": "lite"}
+
     def reread_databases():
         connections.__dict__.pop("settings", None)
         connections._settings = None

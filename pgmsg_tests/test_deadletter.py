@@ -49,11 +49,15 @@ def test_backoff_grows_with_each_attempt():
     assert 0.04 <= delays[0] <= 0.06 and 0.08 <= delays[1] <= 0.12 and delays[2] >= 0.16
 
 
-def test_one_failure_does_not_undo_the_rest_of_the_batch():
+@pytest.mark.parametrize("savepoint_per_message", [False, True])
+def test_one_failure_does_not_undo_the_rest_of_the_batch(settings, savepoint_per_message):
+    settings.PGMSG = {**settings.PGMSG, "SAVEPOINT_PER_MESSAGE": savepoint_per_message}
     pgmsg.notify_many([Work(key="ok1"), Work(key="bad", always_fail=True), Work(key="ok2")])
     drain()
     assert effect_counts() == {"ok1": 1, "ok2": 1}
-    assert list(Notification.objects.values_list("payload__key", flat=True)) == ["bad"]
+    assert effect_counts(listener="second_listener") == {"ok1": 1, "ok2": 1}
+    row = Notification.objects.get()
+    assert row.payload["key"] == "bad" and row.attempts == 1 and row.state == "retrying"
 
 
 def test_after_max_attempts_it_becomes_a_dead_letter_and_stays():

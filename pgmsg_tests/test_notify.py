@@ -57,8 +57,13 @@ def test_typed_fields_reach_the_listener_as_their_types():
     ident = uuid.uuid4()
     pgmsg.notify(
         Typed(
-            when=dt.datetime(2026, 5, 6, 7, 8, 9, tzinfo=dt.UTC), day=dt.date(2026, 5, 6),
-            amount=Decimal("0.10"), ident=ident, colour=Colour.RED, tags=["t"], extra={"a": 2},
+            when=dt.datetime(2026, 5, 6, 7, 8, 9, tzinfo=dt.UTC),
+            day=dt.date(2026, 5, 6),
+            amount=Decimal("0.10"),
+            ident=ident,
+            colour=Colour.RED,
+            tags=["t"],
+            extra={"a": 2},
         )
     )
     drain()
@@ -78,8 +83,17 @@ def test_rows_of_channels_without_listeners_are_left_alone():
 
 def test_worker_serves_only_the_channels_named():
     pgmsg.notify(Work(key="w"))
-    pgmsg.notify(Typed(when=dt.datetime.now(dt.UTC), day=dt.date.today(), amount=Decimal(1),
-                       ident=uuid.uuid4(), colour=Colour.RED, tags=[], extra={}))
+    pgmsg.notify(
+        Typed(
+            when=dt.datetime.now(dt.UTC),
+            day=dt.date.today(),
+            amount=Decimal(1),
+            ident=uuid.uuid4(),
+            colour=Colour.RED,
+            tags=[],
+            extra={},
+        )
+    )
     drain("test.typed")
     assert Effect.objects.filter(channel="test.typed").count() == 1
     assert list(Notification.objects.values_list("channel", flat=True)) == ["test.work"]

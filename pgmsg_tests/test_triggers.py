@@ -19,8 +19,13 @@ def changes():
 
 def test_orm_save_insert_carries_the_new_row_with_exact_types():
     placed = dt.datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=dt.UTC)
-    order = Order.objects.create(reference="A-1", total=Decimal("19.99"), weight=1.5,
-                                 placed_at=placed, details={"ratio": 0.25, "n": [1, 2.5]})
+    order = Order.objects.create(
+        reference="A-1",
+        total=Decimal("19.99"),
+        weight=1.5,
+        placed_at=placed,
+        details={"ratio": 0.25, "n": [1, 2.5]},
+    )
     (change,) = changes()
     assert change["op"] == "INSERT" and change["old"] is None
     assert change["new"]["id"] == order.pk

@@ -47,7 +47,7 @@ def test_competing_workers_handle_each_notification_exactly_once(workers):
         workers.start("--batch-size", "50")
     keys = [f"c{i}" for i in range(3000)]
     for start in range(0, len(keys), 500):
-        pgmsg.notify_many(Work(key=k) for k in keys[start:start + 500])
+        pgmsg.notify_many(Work(key=k) for k in keys[start : start + 500])
     wait_for(all_handled(len(keys)), timeout=120, message="3000 notifications handled")
     time.sleep(1.5)  # a late duplicate would show up here
     assert_each_handled_once(keys)
@@ -60,8 +60,11 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_applies_nothing_twice(worke
     keys = [f"k{i}" for i in range(120)]
     pgmsg.notify_many(Work(key=k, sleep=0.02) for k in keys)
     # Mid-batch: one batch has committed and the next one holds its claims.
-    wait_for(lambda: Effect.objects.exists() and locked_rows() > 0, timeout=60,
-             message="first worker mid-batch")
+    wait_for(
+        lambda: Effect.objects.exists() and locked_rows() > 0,
+        timeout=60,
+        message="first worker mid-batch",
+    )
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
     handled_before = set(effect_counts())
@@ -160,11 +163,17 @@ def listening_queries() -> str:
 def test_a_broadcast_reaches_every_listening_process(workers):
     workers.start("test.shout")
     workers.start("test.shout")
-    wait_for(lambda: listening_queries().count('LISTEN "pgmsg:test.shout"') == 2, timeout=30,
-             message="both workers listening")
+    wait_for(
+        lambda: listening_queries().count('LISTEN "pgmsg:test.shout"') == 2,
+        timeout=30,
+        message="both workers listening",
+    )
     pgmsg.notify(Shout(text="hello all"))
-    wait_for(lambda: Effect.objects.filter(channel="test.shout").count() == 2, timeout=30,
-             message="both workers got the broadcast")
+    wait_for(
+        lambda: Effect.objects.filter(channel="test.shout").count() == 2,
+        timeout=30,
+        message="both workers got the broadcast",
+    )
     assert Effect.objects.filter(channel="test.shout").values("worker_pid").distinct().count() == 2
 
 
@@ -174,8 +183,11 @@ def test_supervisor_restarts_a_crashed_child_and_stops_cleanly(workers):
     wait_for(lambda: len(parent.children()) == 2, timeout=30, message="two children")
     victim = parent.children()[0].pid
     os.kill(victim, signal.SIGKILL)
-    wait_for(lambda: len(parent.children()) == 2 and victim not in
-             [c.pid for c in parent.children()], timeout=30, message="child restarted")
+    wait_for(
+        lambda: len(parent.children()) == 2 and victim not in [c.pid for c in parent.children()],
+        timeout=30,
+        message="child restarted",
+    )
     keys = [f"p{i}" for i in range(200)]
     pgmsg.notify_many(Work(key=k) for k in keys)
     wait_for(all_handled(len(keys)), timeout=60, message="restarted pool handles work")

@@ -29,7 +29,15 @@ class StateFilter(admin.SimpleListFilter):
 
 @admin.register(Notification)
 class NotificationAdmin(admin.ModelAdmin):
-    list_display = ["id", "channel", "state", "attempts", "created_at", "available_at", "short_error"]
+    list_display = [
+        "id",
+        "channel",
+        "state",
+        "attempts",
+        "created_at",
+        "available_at",
+        "short_error",
+    ]
     list_filter = [StateFilter, "channel"]
     search_fields = ["channel", "last_error"]
     ordering = ["-id"]

@@ -1,0 +1,24 @@
+"""The benchmark's channel and its no-op listener: note that seq was handled, and when."""
+
+import os
+import time
+
+import pgmsg
+
+
+class Tick(pgmsg.Channel, name="bench.tick"):
+    seq: int
+    ts: float = 0.0
+
+
+_fd = None
+
+
+@pgmsg.listener(Tick)
+def record(message: Tick) -> None:
+    global _fd
+    now = time.time()
+    if _fd is None:
+        path = os.path.join(os.environ["BENCH_HANDLED_DIR"], f"h-{os.getpid()}.log")
+        _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(_fd, f"{message.seq} {message.ts:.6f} {now:.6f}\n".encode())
