@@ -292,6 +292,23 @@ def test_ordered_inbox_a_replayed_head_runs_before_the_messages_behind_it():
     assert keys == ["C:0", "C:1", "C:2"]
 
 
+def test_ordered_inbox_skips_an_aggregate_another_session_holds():
+    for agg in ("held", "free"):
+        for seq in range(2):
+            pgmsg.receive("test.ordered", f"{agg}-{seq}", type="step", aggregate_id=agg,
+                          payload={"seq": seq})
+    other = psycopg.connect(database_url(connection.settings_dict), autocommit=True)
+    try:
+        # What a worker busy with aggregate "held" holds for the length of its transaction.
+        other.execute("SELECT pg_advisory_lock(hashtext('test.ordered'), hashtext('held'))")
+        drain("test.ordered")
+        assert effects("inbox:test.ordered") == {"free:0": 1, "free:1": 1}
+    finally:
+        other.close()
+    drain("test.ordered")
+    assert effects("inbox:test.ordered") == {"free:0": 1, "free:1": 1, "held:0": 1, "held:1": 1}
+
+
 def test_ordered_inbox_messages_without_aggregate_are_processed_too():
     pgmsg.receive("test.ordered", "loose", type="step", payload={"seq": 0})
     drain("test.ordered")
