@@ -14,7 +14,7 @@ $(BIN)/.installed: setup.cfg pyproject.toml
 install: $(BIN)/.installed
 
 demo: install
-	cd example_project && ../$(BIN)/python manage.py demo
+	$(BIN)/python manage.py demo
 
 test: install
 	$(BIN)/python -m pytest -q
@@ -26,4 +26,4 @@ bench: install
 	$(BIN)/python bench/notifications.py
 
 clean:
-	rm -rf $(VENV) .pgdata example_project/.pgdata build *.egg-info
+	rm -rf $(VENV) .pgdata build *.egg-info

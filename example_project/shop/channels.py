@@ -1,0 +1,23 @@
+"""The shop's declared channels."""
+
+import datetime as dt
+from decimal import Decimal
+
+import pgmsg
+
+
+class OrderPaid(pgmsg.Channel, name="shop.order_paid"):
+    order_id: int
+    amount: Decimal
+    paid_at: dt.datetime
+
+
+class FraudCheck(pgmsg.Channel, name="shop.fraud_check"):
+    """Its listener always fails, to show retries and the dead-letter queue."""
+
+    order_id: int
+
+
+class PriceChanged(pgmsg.Channel, name="shop.price_changed", delivery=pgmsg.BROADCAST):
+    sku: str
+    price: Decimal

@@ -1,0 +1,143 @@
+"""manage.py demo: pgmsg end to end, visibly, on the embedded (or DATABASE_URL) PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from decimal import Decimal
+from pathlib import Path
+
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+import pgmsg
+from example_project.shop.channels import FraudCheck, OrderPaid, PriceChanged
+from example_project.shop.models import Invoice, Order, Shipment
+from pgmsg.models import Notification
+
+ROOT = Path(__file__).resolve().parents[4]
+ORDERS = 200
+
+
+class Command(BaseCommand):
+    help = "Run the pgmsg demo: channels, trigger channels, 2 workers, exactly-once, dead letters."
+
+    def handle(self, *args, **options):
+        say = self.stdout.write
+        say(self.style.MIGRATE_HEADING("1. Database and migrations"))
+        call_command("migrate", verbosity=0)
+        Order.objects.all().delete()  # cascades to shipments
+        Invoice.objects.all().delete()
+        Notification.objects.filter(channel__startswith="shop.").delete()
+        say("   migrated; shop tables emptied for a fresh run")
+
+        say(
+            self.style.MIGRATE_HEADING(
+                "2. Start `manage.py listen --processes 2` in the background"
+            )
+        )
+        supervisor = subprocess.Popen(
+            [sys.executable, "manage.py", "listen", "--processes", "2"],
+            cwd=ROOT,
+            env=dict(os.environ),
+            start_new_session=True,
+        )
+        try:
+            self.wait_until_listening(say, processes=2)
+            self.produce(say)
+            self.wait_and_report(say)
+        finally:
+            say(self.style.MIGRATE_HEADING("6. Stop the workers (SIGTERM: finish, commit, exit)"))
+            supervisor.send_signal(signal.SIGTERM)
+            code = supervisor.wait(timeout=60)
+            say(f"   supervisor exited with code {code}")
+
+    def wait_until_listening(self, say, processes: int) -> None:
+        from django.db import connection
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND query LIKE 'LISTEN \"pgmsg:shop.price_changed\"'"
+                )
+                if cursor.fetchone()[0] >= processes:
+                    say(f"   {processes} worker processes are listening")
+                    return
+            time.sleep(0.1)
+        raise CommandError("the workers did not start listening within 60 s")
+
+    def produce(self, say):
+        say(self.style.MIGRATE_HEADING("3. Produce messages inside transactions"))
+        now = dt.datetime.now(dt.UTC)
+        for batch in range(ORDERS // 50):
+            with transaction.atomic():
+                for i in range(50):
+                    order = Order.objects.create(
+                        customer=f"customer-{batch}-{i}", total=Decimal("19.90") + i
+                    )
+                    pgmsg.notify(OrderPaid(order_id=order.pk, amount=order.total, paid_at=now))
+        say(
+            f"   {ORDERS} orders created in 4 transactions; the Order trigger channel stored one "
+            f"message per insert, and each order also sent OrderPaid"
+        )
+        try:
+            with transaction.atomic():
+                ghost = Order.objects.create(customer="rolled-back", total=Decimal("1.00"))
+                pgmsg.notify(OrderPaid(order_id=ghost.pk, amount=ghost.total, paid_at=now))
+                raise RuntimeError("the customer cancelled")
+        except RuntimeError:
+            pass
+        say("   1 more order + OrderPaid in a transaction that rolled back")
+        pgmsg.notify(FraudCheck(order_id=Order.objects.first().pk))
+        say("   1 FraudCheck whose listener always fails (PGMSG MAX_ATTEMPTS=3)")
+        pgmsg.notify(PriceChanged(sku="SKU-1", price=Decimal("9.99")))
+        say("   1 PriceChanged broadcast: every worker process logs it")
+
+    def wait_and_report(self, say):
+        say(self.style.MIGRATE_HEADING("4. Wait for the workers"))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            done = Shipment.objects.count() >= ORDERS and Invoice.objects.count() >= ORDERS
+            dead = Notification.objects.filter(channel="shop.fraud_check", status="dead")
+            if done and dead.exists():
+                break
+            time.sleep(0.2)
+        else:
+            raise CommandError("the workers did not finish within 120 s; see their log above")
+        time.sleep(1.0)  # let any (wrongly) duplicated delivery show up before counting
+
+        say(self.style.MIGRATE_HEADING("5. What was handled"))
+        shipments = Counter(Shipment.objects.values_list("order_id", flat=True))
+        invoices = Counter(Invoice.objects.values_list("order_id", flat=True))
+        by_worker = Counter(Shipment.objects.values_list("worker_pid", flat=True))
+        once = (
+            len(shipments) == ORDERS
+            and set(shipments.values()) == {1}
+            and len(invoices) == ORDERS
+            and set(invoices.values()) == {1}
+        )
+        say(
+            f"   shipments: {sum(shipments.values())} for {len(shipments)} orders; "
+            f"invoices: {sum(invoices.values())} for {len(invoices)} orders"
+        )
+        say(f"   work shared by worker processes: {dict(by_worker)}")
+        rolled_back = Invoice.objects.filter(order_id__gt=Order.objects.order_by("-pk").first().pk)
+        say(f"   messages of the rolled-back transaction delivered: {rolled_back.count()}")
+        dead = Notification.objects.get(channel="shop.fraud_check")
+        say(
+            f"   dead letter #{dead.pk} on {dead.channel}: {dead.attempts} attempts, last error: "
+            f"{dead.last_error.strip().splitlines()[-1]}"
+        )
+        say(f"   (replay it with: python manage.py pgmsg_deadletters replay {dead.pk})")
+        if once:
+            say(self.style.SUCCESS("   every order shipped and invoiced exactly once"))
+        else:
+            raise CommandError("a message was handled more than once or not at all")
