@@ -1,0 +1,379 @@
+"""Parquet export: every value round-trips, incremental runs are exact and gap-free, failures
+leave watermarks alone. Parquet is read back with pyarrow, independently of Spark."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pytest
+from django.core.management import call_command
+from django.db import connection, connections, transaction
+
+import pgmsg
+from pgmsg import errors, export
+from pgmsg.devdb import database_url
+from pgmsg.models import ExportWatermark, Notification
+from pgmsg_tests.conftest import ROOT, wait_for
+from pgmsg_tests.testapp.channels import Unheard, Work
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+INBOX = "test.export"
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark for the whole module: starting it costs seconds, reusing it nothing."""
+    export.java_command()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("pgmsg-export-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def inbox():
+    from pgmsg import inbox as inbox_module
+
+    if INBOX not in inbox_module.registry.inboxes:
+        pgmsg.Inbox(INBOX)
+    return inbox_module
+
+
+def read_dataset(path) -> list[dict]:
+    """Every row of a (hive-partitioned) Parquet dataset, by pyarrow alone."""
+    if not os.path.isdir(path):
+        return []
+    dataset = pads.dataset(str(path), format="parquet", partitioning="hive")
+    return dataset.to_table().to_pylist()
+
+
+def db_rows(table: str, key: str) -> list[dict]:
+    """The table as PostgreSQL has it, with JSON as parsed values and xid8 as an int."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped", [table]
+        )
+        types = dict(cursor.fetchall())
+        select = ", ".join(
+            f'"{name}"::text::bigint' if db_type == "xid8"
+            else f'"{name}"::text' if db_type in ("jsonb", "uuid") else f'"{name}"'
+            for name, db_type in types.items()
+        )
+        cursor.execute(f"SELECT {select} FROM {table} ORDER BY {key}")
+        rows = [dict(zip(types, row, strict=True)) for row in cursor.fetchall()]
+    for row in rows:
+        for name, db_type in types.items():
+            if db_type == "jsonb":
+                row[name] = json.loads(row[name])
+    return rows, types
+
+
+def assert_same_rows(exported: list[dict], table: str, key: str, *, flatten=(), payload=None):
+    """Every column of every row equals PostgreSQL's value, JSON compared parsed."""
+    expected, types = db_rows(table, key)
+    exported = sorted(exported, key=lambda r: r[key])
+    assert [r[key] for r in exported] == [r[key] for r in expected]
+    for got, want in zip(exported, expected, strict=True):
+        for name, db_type in types.items():
+            value = got[name]
+            if db_type == "jsonb":
+                assert isinstance(value, str), (name, value)
+                value = json.loads(value)
+            assert value == want[name], (name, got[key], value, want[name])
+        for field in flatten:
+            raw = want[payload].get(field) if isinstance(want[payload], dict) else None
+            text = raw if raw is None or isinstance(raw, str) else json.dumps(raw)
+            if isinstance(raw, bool):
+                text = "true" if raw else "false"
+            assert got[f"{payload}_{field}"] == text, (field, got, want)
+
+
+def settle(table: str) -> None:
+    """Wait until every transaction up to the table's newest row has ended, server-wide.
+
+    An export reads only rows of transactions older than the oldest one still open anywhere
+    on the server (its gap-free horizon); other databases' sessions can hold that back.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT max(transaction_id)::text::bigint FROM {table}")
+        newest = cursor.fetchone()[0]
+
+    def passed() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+            return cursor.fetchone()[0] > newest
+
+    wait_for(passed, timeout=120, message=f"the snapshot xmin to pass {table}'s rows")
+
+
+def watermark_row(name: str):
+    return ExportWatermark.objects.filter(name=name).first()
+
+
+# -- without Spark ----------------------------------------------------------------------------
+
+
+def test_split_range_covers_every_key_once():
+    assert export.split_range(1, 10, 3) == [(1, 3), (4, 7), (8, 10)]
+    assert export.split_range(5, 6, 4) == [(5, 5), (6, 6)]
+    assert export.split_range(7, 7, 1) == [(7, 7)]
+    ranges = export.split_range(-3, 1_000_003, 7)
+    assert ranges[0][0] == -3 and ranges[-1][1] == 1_000_003
+    assert all(a[1] + 1 == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+
+
+@pytest.mark.parametrize(
+    "options, quoted",
+    [
+        ({"partition_by": "week"}, "'week'"),
+        ({"mode": "upsert"}, "'upsert'"),
+        ({"partitions": 0}, "0"),
+        ({"flatten": ["a-b"]}, "'a-b'"),
+        ({"tables": ["nope"]}, "'nope'"),
+        ({"tables": ["notifications"], "partition_by": "category"}, "category"),
+    ],
+)
+def test_bad_options_are_refused_quoting_the_bad_value(tmp_path, options, quoted):
+    pgmsg.notify(Unheard(key="x"))
+    with pytest.raises(errors.ExportError, match=quoted):
+        export.export_tables(str(tmp_path / "out"), **options)
+    assert not (tmp_path / "out").exists()
+    assert not ExportWatermark.objects.exists()
+
+
+def test_dry_run_says_what_would_be_exported_and_writes_nothing(tmp_path, inbox):
+    pgmsg.notify_many(Unheard(key=f"k{i}") for i in range(7))
+    inbox.receive_many(INBOX, [
+        {"message_id": f"m{i}", "type": "t", "payload": {"i": i}} for i in range(5)
+    ])
+    settle("pgmsg_inbox_message")
+    lines = []
+    summary = export.export_tables(
+        str(tmp_path / "out"), dry_run=True, partitions=2, echo=lines.append,
+        tables=["notifications", "inbox_messages"],
+    )
+    by_name = {p.spec.name: p for p in summary.plans}
+    assert by_name["notifications"].rows == 7 and by_name["inbox_messages"].rows == 5
+    assert len(by_name["notifications"].read.ranges) == 2
+    assert any("would export notifications" in line and "7 row(s)" in line for line in lines)
+    assert any("would export inbox_messages" in line and "transaction_id >= 0" in line
+               for line in lines)
+    assert not (tmp_path / "out").exists()
+    assert not ExportWatermark.objects.exists()
+
+
+def test_missing_java_names_what_to_install(tmp_path, monkeypatch):
+    pgmsg.notify(Unheard(key="x"))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(errors.JavaMissing, match="Java 17 or later.*install"):
+        export.export_tables(str(tmp_path / "out"))
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nojava"))
+    with pytest.raises(errors.JavaMissing, match="nojava"):
+        export.java_command()
+    assert not ExportWatermark.objects.exists()
+
+
+def test_unreachable_database_is_a_clear_command_error(tmp_path):
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="pgmsg_tests.settings",
+               DATABASE_URL="postgres://postgres@127.0.0.1:1/nowhere")
+    proc = subprocess.run(
+        [sys.executable, "-m", "django", "pgmsg_export", "--output", str(tmp_path / "out")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "CommandError: export: cannot reach database 'default'" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# -- with Spark -------------------------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_notifications_round_trip_every_value_through_parquet(spark, tmp_path):
+    keys = ["plain", "", 'quote " comma , newline \n end', "ünïcødé ✓", "x" * 20_000]
+    pgmsg.notify_many(Work(key=k) for k in keys)
+    pgmsg.notify_many(Unheard(key=f"u{i}") for i in range(40))
+    failed_at = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.UTC)
+    Notification.objects.filter(channel="test.work").update(
+        status="dead", attempts=5, last_error="Traceback\n  boom", last_failed_at=failed_at
+    )
+    summary = export.export_tables(
+        str(tmp_path), spark=spark, tables=["notifications"], partitions=3, flatten=["key"]
+    )
+    [result] = summary.results
+    assert result.rows == 45 and result.files == 3 and result.bytes > 0
+    assert watermark_row("notifications").transaction_xmin is None  # a snapshot table
+
+    rows = read_dataset(tmp_path / "notifications")
+    assert_same_rows(rows, "pgmsg_notification", "id", flatten=["key"], payload="payload")
+    for row in rows:
+        assert row["day"] == row["created_at"].date().isoformat()
+    schema = pads.dataset(str(tmp_path / "notifications"), format="parquet").schema
+    assert schema.field("id").type == pa.int64()
+    assert schema.field("attempts").type == pa.int32()
+    assert schema.field("created_at").type == pa.timestamp("us", tz="UTC")
+    assert schema.field("payload").type == pa.string()
+
+
+@pytest.mark.spark
+def test_inbox_incremental_runs_export_exactly_the_new_rows(spark, tmp_path, inbox):
+    def receive(ids):
+        inbox.receive_many(INBOX, [
+            {"message_id": f"m{i}", "type": f"t{i % 3}", "payload": {"i": i, "n": None},
+             "aggregate_id": None if i % 2 else f"agg{i}", "source": "" if i % 4 else "src"}
+            for i in ids
+        ])
+
+    receive(range(30))
+    settle("pgmsg_inbox_message")
+    first = export.export_tables(str(tmp_path), spark=spark, tables=["inbox_messages"],
+                                 partitions=2, partition_by="type", flatten=["i"])
+    mark = watermark_row("inbox_messages").transaction_xmin
+    assert first.results[0].rows == 30 and mark == first.results[0].watermark
+    receive(range(30, 50))
+    settle("pgmsg_inbox_message")
+    second = export.export_tables(str(tmp_path), spark=spark, tables=["inbox_messages"],
+                                  partitions=2, partition_by="type", flatten=["i"])
+    assert second.results[0].rows == 20
+    assert second.plans[0].transaction_range[0] == mark
+    rows = read_dataset(tmp_path / "inbox_messages")
+    assert_same_rows(rows, "pgmsg_inbox_message", "id", flatten=["i"], payload="payload")
+
+    nothing = export.export_tables(str(tmp_path), spark=spark, tables=["inbox_messages"],
+                                   partition_by="type")
+    assert nothing.results[0].rows == 0 and nothing.results[0].files == 0
+    full = export.export_tables(str(tmp_path), spark=spark, tables=["inbox_messages"],
+                                partition_by="none", full=True)
+    assert full.plans[0].mode == "overwrite" and full.results[0].rows == 50
+    assert_same_rows(read_dataset(tmp_path / "inbox_messages"), "pgmsg_inbox_message", "id")
+
+
+@pytest.mark.spark
+def test_a_late_committing_writer_is_exported_by_the_next_run(spark, tmp_path, inbox):
+    inbox.receive(INBOX, "early", type="t", payload={})
+    settle("pgmsg_inbox_message")
+    holding, release = threading.Event(), threading.Event()
+    failures = []
+
+    def late_writer():
+        try:
+            with transaction.atomic():
+                inbox.receive(INBOX, "late", type="t", payload={})
+                holding.set()
+                release.wait(120)
+        except Exception as exc:  # reported by the main thread
+            failures.append(exc)
+            holding.set()
+        finally:
+            connections.close_all()
+
+    writer = threading.Thread(target=late_writer)
+    writer.start()
+    try:
+        assert holding.wait(60) and not failures
+        inbox.receive(INBOX, "after", type="t", payload={})  # committed, higher id than "late"
+        first = export.export_tables(str(tmp_path), spark=spark, tables=["inbox_messages"])
+    finally:
+        release.set()
+        writer.join(60)
+    assert not failures
+    first_ids = {r["message_id"] for r in read_dataset(tmp_path / "inbox_messages")}
+    # "after" committed, but a transaction below it was still open: it waits for the next run,
+    # or an id watermark would now stand above "late" and skip it forever.
+    assert first_ids == {"early"} and first.results[0].rows == 1
+
+    settle("pgmsg_inbox_message")
+    second = export.export_tables(str(tmp_path), spark=spark, tables=["inbox_messages"])
+    assert second.results[0].rows == 2
+    rows = read_dataset(tmp_path / "inbox_messages")
+    assert sorted(r["message_id"] for r in rows) == ["after", "early", "late"]
+
+
+@pytest.mark.spark
+def test_a_failed_run_leaves_the_watermark_where_it_was(spark, tmp_path, inbox):
+    inbox.receive_many(INBOX, [{"message_id": f"a{i}", "type": "t", "payload": i}
+                               for i in range(5)])
+    settle("pgmsg_inbox_message")
+    export.export_tables(str(tmp_path), spark=spark, tables=["inbox_messages"])
+    before = watermark_row("inbox_messages")
+    inbox.receive_many(INBOX, [{"message_id": f"b{i}", "type": "t", "payload": i}
+                               for i in range(3)])
+    settle("pgmsg_inbox_message")
+
+    # The executors cannot reach PostgreSQL: Spark's read fails after planning.
+    unreachable = database_url(connection.settings_dict, name="pgmsg_export_no_such_db")
+    with pytest.raises(errors.ExportError, match="watermark is unchanged"):
+        export.export_tables(str(tmp_path), spark=spark, tables=["inbox_messages"],
+                             database_url=unreachable)
+    # The output path is a file: refused before anything is read.
+    blocker = tmp_path / "blocked"
+    blocker.write_text("not a directory")
+    with pytest.raises(errors.ExportError, match="not writable"):
+        export.export_tables(str(blocker / "out"), spark=spark, tables=["inbox_messages"])
+    after = watermark_row("inbox_messages")
+    assert (after.transaction_xmin, after.total_rows) == (before.transaction_xmin, 5)
+
+    retry = export.export_tables(str(tmp_path), spark=spark, tables=["inbox_messages"])
+    assert retry.results[0].rows == 3
+    ids = sorted(r["message_id"] for r in read_dataset(tmp_path / "inbox_messages"))
+    assert ids == sorted([f"a{i}" for i in range(5)] + [f"b{i}" for i in range(3)])
+
+
+@pytest.mark.spark
+def test_events_round_trip_partitioned_by_category(spark, tmp_path):
+    events = pytest.importorskip("pgmsg.events")
+
+    class Deposited(events.Event, type="export.deposited"):
+        amount: int
+        note: str
+
+    correlation = str(uuid.uuid4())
+    for n in range(3):
+        events.append(f"account-{n}", [
+            Deposited(amount=n * 10 + i, note=f"n,\"{i}\"\n",
+                      metadata={"correlation_id": correlation})
+            for i in range(4)
+        ])
+    events.append("ledger-1", Deposited(amount=-1, note=""))
+    settle("pgmsg_event")
+    summary = export.export_tables(str(tmp_path), spark=spark, tables=["events"],
+                                   partitions=2, partition_by="category", flatten=["amount"])
+    assert summary.results[0].rows == 13
+    listing = [name for name in os.listdir(tmp_path / "events") if not name.startswith(".")]
+    assert sorted(listing) == ["_SUCCESS", "category=account", "category=ledger"]
+    rows = read_dataset(tmp_path / "events")
+    assert_same_rows(rows, "pgmsg_event", "position", flatten=["amount"], payload="data")
+    assert watermark_row("events").transaction_xmin == summary.results[0].watermark
+
+
+@pytest.mark.spark
+def test_the_command_exports_and_prints_a_summary(spark, tmp_path, capsys):
+    pgmsg.notify_many(Unheard(key=f"c{i}") for i in range(4))
+    call_command("pgmsg_export", "--output", str(tmp_path), "--tables", "notifications",
+                 "--partition-by", "type", "--mode", "overwrite")
+    out = capsys.readouterr().out
+    assert "exported 4 row(s) of 1 table(s): 1 file(s)" in out
+    rows = read_dataset(tmp_path / "notifications")
+    assert sorted(json.loads(r["payload"])["key"] for r in rows) == [f"c{i}" for i in range(4)]
+    assert {r["channel"] for r in rows} == {"test.unheard"}
