@@ -336,14 +336,12 @@ class InboxSource:
             # Messages without an aggregate id (in an ordered inbox too) have no order to keep.
             room = worker.batch_size - claimed
             if room > 0 and not worker.stopping:
-                cursor.execute(_SQL["claim_unordered"], {
+                claim = "claim_unordered" if self._types else "claim_unordered_fifo"
+                cursor.execute(_SQL[claim], {
                     **params, "limit": room, "null_aggregate_only": self.inbox.ordered})
                 rows = cursor.fetchall()
                 claimed += len(rows)
-                for row in rows:
-                    if worker.stopping:
-                        break  # unhandled rows stay pending; the locks go at commit
-                    self._handle(db, row, done, failed)
+                self._run(worker, rows, done, failed, ordered=False)
             if done:
                 cursor.execute(_SQL["ack"], {"ids": done})
             if failed:
@@ -370,46 +368,79 @@ class InboxSource:
         cursor.execute(_SQL["claim_ordered"], {"inbox": self.inbox.name, "aggregates": mine,
                                                "per_aggregate": per_aggregate})
         rows = cursor.fetchall()
-        blocked: set[str] = set()
-        fetched: dict[str, int] = {}
+        # Per aggregate, what may run now: the messages before the first dead or backing-off one.
+        runnable, stopped, fetched = [], set(), {}
         for *row, status, due in rows:
             aggregate = row[4]
             fetched[aggregate] = fetched.get(aggregate, 0) + 1
-            if aggregate in blocked or worker.stopping:
-                continue
-            if status != "pending" or not due:
-                blocked.add(aggregate)  # a dead or backing-off message holds the rest back
-                continue
-            if not self._handle(worker.database, row, done, failed):
-                blocked.add(aggregate)
-        if any(count >= per_aggregate for a, count in fetched.items() if a not in blocked):
+            if aggregate in stopped or status != "pending" or not due:
+                stopped.add(aggregate)
+            else:
+                runnable.append(row)
+        self._run(worker, runnable, done, failed, ordered=True)
+        if any(n >= per_aggregate for a, n in fetched.items() if a not in stopped):
             return worker.batch_size  # an aggregate may have more: look again at once
         return len(rows)
 
-    def _handle(self, db: str, row: tuple, done: list, failed: list) -> bool:
+    def _run(self, worker, rows: list, done: list, failed: list, *, ordered: bool) -> None:
+        """Run the rows' handlers in order, inside the claim transaction.
+
+        Fast path (as the worker's run_batch): one savepoint for the batch. If a handler
+        raises, the batch's writes are rolled back and it runs again with a savepoint per
+        message, so the failure is recorded and the others still commit; in an ordered inbox
+        a failure holds back the rest of its aggregate. PGMSG SAVEPOINT_PER_MESSAGE turns the
+        fast path off.
+        """
+        db = worker.database
+        if not conf.get().SAVEPOINT_PER_MESSAGE:
+            handled = []
+            try:
+                with transaction.atomic(using=db):
+                    for row in rows:
+                        if worker.stopping:
+                            break  # unhandled rows stay pending; their locks go at commit
+                        self._call(row)
+                        handled.append(row[0])
+            except wk._CONNECTION_ERRORS_STRICT:
+                raise
+            except Exception:
+                pass  # rolled back: run again, one savepoint per message
+            else:
+                done.extend(handled)
+                return
+        blocked: set[str] = set()
+        for row in rows:
+            if worker.stopping:
+                break
+            if ordered and row[4] in blocked:
+                continue
+            try:
+                with transaction.atomic(using=db):
+                    self._call(row)
+            except Exception as exc:
+                failed.append(self._failure(row[0], row[1], row[7], exc))
+                blocked.add(row[4])
+            else:
+                done.append(row[0])
+
+    def _call(self, row: tuple) -> None:
         (id_, message_id, type_, source, aggregate_id, text, trace_id, attempts,
          received_at) = row
+        func = registry.handlers.get((self.inbox.name, type_))
+        if func is None:
+            raise errors.UnknownMessageType(
+                f"inbox {self.inbox.name!r} has no handler for message type {type_!r}; "
+                f"handled types: {registry.types(self.inbox.name)}"
+            )
         token = wk._current.set(wk.Delivery("inbox", id_, self.inbox.name, attempts))
         try:
-            func = registry.handlers.get((self.inbox.name, type_))
-            with transaction.atomic(using=db):
-                if func is None:
-                    raise errors.UnknownMessageType(
-                        f"inbox {self.inbox.name!r} has no handler for message type {type_!r}; "
-                        f"handled types: {registry.types(self.inbox.name)}"
-                    )
-                func(InboxMessage(
-                    id=id_, inbox=self.inbox.name, message_id=message_id, type=type_,
-                    source=source, aggregate_id=aggregate_id, payload=json.loads(text),
-                    trace_id=trace_id, attempts=attempts, received_at=received_at,
-                ))
-        except Exception as exc:
-            failed.append(self._failure(id_, message_id, attempts, exc))
-            return False
+            func(InboxMessage(
+                id=id_, inbox=self.inbox.name, message_id=message_id, type=type_,
+                source=source, aggregate_id=aggregate_id, payload=json.loads(text),
+                trace_id=trace_id, attempts=attempts, received_at=received_at,
+            ))
         finally:
             wk._current.reset(token)
-        done.append(id_)
-        return True
 
     def _failure(self, id_: int, message_id: str, attempts: int, exc: Exception) -> tuple:
         max_attempts = self.inbox.max_attempts or conf.get().MAX_ATTEMPTS

@@ -38,21 +38,49 @@ ORDER BY coalesce(p.priority, 2147483647), m.id
 LIMIT %(limit)s
 FOR UPDATE OF m SKIP LOCKED;
 
+-- name: claim_unordered_fifo
+-- claim_unordered for an inbox without a priority map: arrival order straight off the
+-- pgmsg_inbox_pending index, without sorting every pending message.
+SELECT m.id, m.message_id, m.type, m.source, m.aggregate_id, m.payload::text, m.trace_id,
+       m.attempts, m.received_at
+FROM pgmsg_inbox_message AS m
+WHERE m.inbox = %(inbox)s AND m.status = 'pending' AND m.available_at <= now()
+  AND (NOT %(null_aggregate_only)s OR m.aggregate_id IS NULL)
+  AND (%(parts)s = 1
+       OR mod(hashtext(coalesce(m.aggregate_id, m.message_id))::bigint & 2147483647,
+              %(parts)s) = %(part)s)
+ORDER BY m.id
+LIMIT %(limit)s
+FOR UPDATE OF m SKIP LOCKED;
+
 -- name: ordered_heads
 -- Aggregates of an ordered inbox whose head (lowest pending-or-dead id) is pending and due,
 -- by the head's priority then arrival. A dead or backing-off head holds its aggregate back.
-SELECT h.aggregate_id
-FROM (
-    SELECT DISTINCT ON (aggregate_id) aggregate_id, id, type, status, available_at
-    FROM pgmsg_inbox_message
-    WHERE inbox = %(inbox)s AND status IN ('pending', 'dead') AND aggregate_id IS NOT NULL
-      AND (%(parts)s = 1
-           OR mod(hashtext(aggregate_id)::bigint & 2147483647, %(parts)s) = %(part)s)
-    ORDER BY aggregate_id, id
+-- The recursive part walks the distinct open aggregates through the pgmsg_inbox_open_aggregate
+-- index (a skip scan: one probe per aggregate, not a read of every open message).
+WITH RECURSIVE aggregates AS (
+    (SELECT aggregate_id FROM pgmsg_inbox_message
+     WHERE inbox = %(inbox)s AND status IN ('pending', 'dead') AND aggregate_id IS NOT NULL
+     ORDER BY aggregate_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.aggregate_id FROM pgmsg_inbox_message AS m
+            WHERE m.inbox = %(inbox)s AND m.status IN ('pending', 'dead')
+              AND m.aggregate_id > a.aggregate_id
+            ORDER BY m.aggregate_id LIMIT 1)
+    FROM aggregates AS a WHERE a.aggregate_id IS NOT NULL
+)
+SELECT a.aggregate_id
+FROM aggregates AS a
+CROSS JOIN LATERAL (
+    SELECT id, type, status, available_at FROM pgmsg_inbox_message
+    WHERE inbox = %(inbox)s AND status IN ('pending', 'dead') AND aggregate_id = a.aggregate_id
+    ORDER BY id LIMIT 1
 ) AS h
 LEFT JOIN unnest(%(types)s::text[], %(priorities)s::int[]) AS p(type, priority)
        ON p.type = h.type
-WHERE h.status = 'pending' AND h.available_at <= now()
+WHERE a.aggregate_id IS NOT NULL AND h.status = 'pending' AND h.available_at <= now()
+  AND (%(parts)s = 1
+       OR mod(hashtext(a.aggregate_id)::bigint & 2147483647, %(parts)s) = %(part)s)
 ORDER BY coalesce(p.priority, 2147483647), h.id
 LIMIT %(limit)s;
 
@@ -71,17 +99,14 @@ LIMIT %(limit)s;
 -- advisory locks were taken, so a previous holder's commit is visible.
 SELECT m.id, m.message_id, m.type, m.source, m.aggregate_id, m.payload::text, m.trace_id,
        m.attempts, m.received_at, m.status, m.available_at <= now()
-FROM pgmsg_inbox_message AS m
-WHERE m.id IN (
-    SELECT r.id FROM (
-        SELECT id, row_number() OVER (PARTITION BY aggregate_id ORDER BY id) AS n
-        FROM pgmsg_inbox_message
-        WHERE inbox = %(inbox)s AND aggregate_id = ANY(%(aggregates)s::text[])
-          AND status IN ('pending', 'dead')
-    ) AS r
-    WHERE r.n <= %(per_aggregate)s
-)
-  AND m.status IN ('pending', 'dead')
+FROM unnest(%(aggregates)s::text[]) AS a(aggregate_id)
+CROSS JOIN LATERAL (
+    SELECT id FROM pgmsg_inbox_message
+    WHERE inbox = %(inbox)s AND status IN ('pending', 'dead') AND aggregate_id = a.aggregate_id
+    ORDER BY id LIMIT %(per_aggregate)s
+) AS r
+JOIN pgmsg_inbox_message AS m ON m.id = r.id
+WHERE m.status IN ('pending', 'dead')
 ORDER BY m.aggregate_id, m.id
 FOR UPDATE OF m;
 

@@ -69,3 +69,6 @@ def record_step(message: pgmsg.InboxMessage) -> None:
         if alone:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_unlock(4242, hashtext(%s))", [aggregate])
+
+
+from pgmsg_tests.testapp import inbox_bench  # noqa: E402,F401  (bench/inbox.py's inboxes)

@@ -1,0 +1,234 @@
+"""Benchmark: the transactional inbox, next to the raw-PostgreSQL ceiling measured in the same run.
+
+Prints receive rates (receive() one message per transaction, receive_many() 1,000 per
+transaction; all new ids, and half of them duplicates) and processing rates for N messages
+(default 10,000), unordered and ordered (N/100 messages in each of 100 aggregates), with 1 and
+2 `manage.py listen` processes (from the commit of the N messages to the last one processed;
+handlers do nothing, so the figures are pgmsg's own cost). The ceiling: plain psycopg
+`INSERT ... ON CONFLICT DO NOTHING` into a table of the same shape, and claim 100 rows with
+`FOR UPDATE SKIP LOCKED` + `UPDATE ... SET status = 'processed'` per transaction.
+
+    DATABASE_URL=postgres://... python bench/inbox.py [--n 10000] [--single-n 2000]
+
+Uses DATABASE_URL's server (or the embedded default) and a scratch database
+`pgmsg_bench_inbox` that it drops and re-creates; nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SCRATCH_DB = "pgmsg_bench_inbox"
+SETTINGS = "pgmsg_tests.settings"
+
+
+def scratch_url() -> str:
+    from pgmsg.devdb import database_url, default_database
+
+    base = default_database(ROOT / ".pgdata")  # starts the embedded server when no URL
+    with psycopg.connect(database_url(base, name="postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{SCRATCH_DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{SCRATCH_DB}"')
+    return database_url(base, name=SCRATCH_DB)
+
+
+# -- raw PostgreSQL ceiling --------------------------------------------------------------------
+
+RAW_SCHEMA = """
+DROP TABLE IF EXISTS raw_inbox;
+CREATE TABLE raw_inbox (
+    id bigserial PRIMARY KEY, inbox text NOT NULL, message_id text NOT NULL, type text NOT NULL,
+    payload jsonb NOT NULL, status text NOT NULL DEFAULT 'pending',
+    received_at timestamptz NOT NULL DEFAULT now(), processed_at timestamptz,
+    UNIQUE (inbox, message_id));
+CREATE INDEX raw_inbox_pending ON raw_inbox (inbox, id) WHERE status = 'pending';
+"""
+RAW_INSERT = ("INSERT INTO raw_inbox (inbox, message_id, type, payload) "
+              "VALUES ('raw', %s, 'tick', %s) ON CONFLICT DO NOTHING")
+
+
+def raw_consume(url: str) -> None:
+    with psycopg.connect(url) as conn:
+        while True:
+            with conn.transaction():
+                ids = [r[0] for r in conn.execute(
+                    "SELECT id FROM raw_inbox WHERE inbox = 'raw' AND status = 'pending' "
+                    "ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED").fetchall()]
+                if ids:
+                    conn.execute("UPDATE raw_inbox SET status = 'processed', processed_at = now() "
+                                 "WHERE id = ANY(%s)", [ids])
+            if not ids:
+                return
+
+
+def raw_ceiling(url: str, n: int, n_single: int) -> list[tuple[str, float]]:
+    out = []
+    payload = '{"seq": 1}'
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(RAW_SCHEMA)
+        t = time.perf_counter()
+        for i in range(n_single):
+            conn.execute(RAW_INSERT, [f"s-{i}", payload])
+        out.append((f"raw INSERT ON CONFLICT, 1 row/tx, new ids (N={n_single})",
+                    n_single / (time.perf_counter() - t)))
+        for label, ids in (("new ids", range(n)), ("half duplicates", range(n // 2, n + n // 2))):
+            ids = list(ids)
+            t = time.perf_counter()
+            for start in range(0, n, 1000):
+                with conn.transaction(), conn.cursor() as cur:
+                    cur.executemany(RAW_INSERT, [[f"m-{i}", payload]
+                                                 for i in ids[start:start + 1000]])
+            out.append((f"raw INSERT ON CONFLICT, 1000 rows/tx, {label} (N={n})",
+                        n / (time.perf_counter() - t)))
+    for consumers in (1, 2):
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("UPDATE raw_inbox SET status = 'pending', processed_at = NULL")
+            conn.execute("VACUUM ANALYZE raw_inbox")
+            count = conn.execute("SELECT count(*) FROM raw_inbox").fetchone()[0]
+        procs = [multiprocessing.Process(target=raw_consume, args=(url,))
+                 for _ in range(consumers)]
+        t = time.perf_counter()
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        out.append((f"raw claim 100 SKIP LOCKED + UPDATE/tx, {consumers} consumer(s) "
+                    f"(N={count})", count / (time.perf_counter() - t)))
+    return out
+
+
+# -- pgmsg -------------------------------------------------------------------------------------
+
+
+def django_setup(url: str) -> None:
+    os.environ["DATABASE_URL"] = url
+    os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def receive_rates(n: int, n_single: int) -> list[tuple[str, float, str]]:
+    from django.db import connection, transaction
+
+    import pgmsg
+
+    out = []
+    t = time.perf_counter()
+    for i in range(n_single):
+        pgmsg.receive("bench.unordered", f"s-{i}", type="tick", payload={"seq": i})
+    out.append((f"pgmsg receive(), 1 msg/tx, new ids (N={n_single})",
+                n_single / (time.perf_counter() - t), ""))
+    t = time.perf_counter()
+    for i in range(n_single):
+        pgmsg.receive("bench.unordered", f"s-{i}", type="tick", payload={"seq": i})
+    out.append((f"pgmsg receive(), 1 msg/tx, all duplicates (N={n_single})",
+                n_single / (time.perf_counter() - t), ""))
+    for label, ids in (("new ids", range(n)), ("half duplicates", range(n // 2, n + n // 2))):
+        ids = list(ids)
+        stored = 0
+        t = time.perf_counter()
+        for start in range(0, n, 1000):
+            with transaction.atomic():
+                stored += sum(r.stored for r in pgmsg.receive_many("bench.unordered", [
+                    {"message_id": f"m-{i}", "type": "tick", "payload": {"seq": i}}
+                    for i in ids[start:start + 1000]]))
+        out.append((f"pgmsg receive_many(), 1000 msgs/tx, {label} (N={n})",
+                    n / (time.perf_counter() - t), f"{stored} stored"))
+    with connection.cursor() as cur:
+        cur.execute("TRUNCATE pgmsg_inbox_message")
+    return out
+
+
+def listening(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND query = 'LISTEN \"pgmsg\"'").fetchone()[0]
+
+
+def not_processed(url: str, inbox: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM pgmsg_inbox_message WHERE inbox = %s "
+                            "AND status <> 'processed'", [inbox]).fetchone()[0]
+
+
+def processing(url: str, n: int, inbox: str, workers: int) -> tuple[str, float, str]:
+    from django.db import connection, transaction
+
+    import pgmsg
+
+    env = dict(os.environ, DATABASE_URL=url, DJANGO_SETTINGS_MODULE=SETTINGS)
+    procs = [subprocess.Popen([sys.executable, "-m", "django", "listen", "--inbox", inbox,
+                               "-v", "0"], cwd=ROOT, env=env) for _ in range(workers)]
+    try:
+        deadline = time.time() + 60
+        while listening(url) < workers:
+            if time.time() > deadline:
+                raise SystemExit("workers did not start listening within 60 s")
+            time.sleep(0.05)
+        ordered = inbox == "bench.ordered"
+        with transaction.atomic():  # one commit, one NOTIFY
+            pgmsg.receive_many(inbox, [
+                {"message_id": f"p-{i}", "type": "tick", "payload": {"seq": i},
+                 "aggregate_id": f"agg-{i % 100}" if ordered else None}
+                for i in range(n)])
+        t = time.perf_counter()
+        while not_processed(url, inbox):
+            time.sleep(0.02)
+        elapsed = time.perf_counter() - t
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=60)
+    with connection.cursor() as cur:
+        cur.execute("SELECT count(*), count(*) FILTER (WHERE attempts = 0 AND processed_at IS NOT "
+                    "NULL) FROM pgmsg_inbox_message WHERE inbox = %s", [inbox])
+        total, clean = cur.fetchone()
+        cur.execute("TRUNCATE pgmsg_inbox_message")
+    check = "all processed once" if total == clean == n else f"CHECK FAILED: {total}/{clean}"
+    kind = "ordered, 100 aggregates" if ordered else "unordered"
+    return (f"pgmsg processing, {kind}, {workers} worker process(es) (N={n})", n / elapsed, check)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=10_000)
+    parser.add_argument("--single-n", type=int, default=2_000,
+                        help="messages for the one-per-transaction rows (they are slow)")
+    args = parser.parse_args()
+
+    url = scratch_url()
+    with psycopg.connect(url) as conn:
+        server = conn.execute("SHOW server_version").fetchone()[0]
+    print(f"pgmsg inbox benchmark  N={args.n}  PostgreSQL {server}  {os.cpu_count()} cores  "
+          f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+    rows: list[tuple[str, float, str]] = []
+    rows += [(name, rate, "") for name, rate in raw_ceiling(url, args.n, args.single_n)]
+    django_setup(url)
+    rows += receive_rates(args.n, args.single_n)
+    for inbox in ("bench.unordered", "bench.ordered"):
+        for workers in (1, 2):
+            rows.append(processing(url, args.n, inbox, workers))
+    width = max(len(r[0]) for r in rows)
+    print(f"\n{'measurement':<{width}}  {'msg/s':>9}")
+    for name, rate, note in rows:
+        print(f"{name:<{width}}  {rate:>9,.0f}  {note}")
+
+
+if __name__ == "__main__":
+    main()
