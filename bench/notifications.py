@@ -165,8 +165,8 @@ def handled_lines(handled_dir: str) -> list[tuple[int, float, float]]:
     rows = []
     for path in Path(handled_dir).glob("h-*.log"):
         for line in path.read_text().splitlines():
-            seq, ts, now = line.split()
-            rows.append((int(seq), float(ts), float(now)))
+            seq, now, *ts = line.split()
+            rows.append((int(seq), float(ts[0]) if ts else 0.0, float(now)))
     return rows
 
 

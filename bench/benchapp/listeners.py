@@ -21,4 +21,7 @@ def record(message: Tick) -> None:
     if _fd is None:
         path = os.path.join(os.environ["BENCH_HANDLED_DIR"], f"h-{os.getpid()}.log")
         _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.write(_fd, f"{message.seq} {message.ts:.6f} {now:.6f}\n".encode())
+    # "seq handled-at" is the line format of ../shared/bench-peers; with a producer timestamp
+    # (bench/notifications.py latency runs) a third field carries it.
+    line = f"{message.seq} {now:.6f}" + (f" {message.ts:.6f}" if message.ts else "")
+    os.write(_fd, (line + "\n").encode())
