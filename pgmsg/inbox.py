@@ -353,14 +353,16 @@ class InboxSource:
 
     def _ordered(self, worker, cursor, params, done, failed) -> int:
         """Handle the heads (and what follows) of aggregates that no other worker holds."""
-        # Look past the first batch of heads so that a second worker finds aggregates the
-        # first one does not hold; lock at most a batch of them.
+        # Take a quarter batch of aggregates, up to four messages each (more when fewer are
+        # free), so that other workers find aggregates to take too; look past the first
+        # heads so that they can find the ones this worker does not hold.
         cursor.execute(_SQL["ordered_heads"], {**params, "limit": 4 * worker.batch_size})
         heads = [row[0] for row in cursor.fetchall()]
         if not heads:
             return 0
         cursor.execute(_SQL["lock_aggregates"], {
-            "inbox": self.inbox.name, "aggregates": heads, "limit": worker.batch_size})
+            "inbox": self.inbox.name, "aggregates": heads,
+            "limit": math.ceil(worker.batch_size / 4)})
         mine = [row[0] for row in cursor.fetchall()]
         if not mine:
             return 0
