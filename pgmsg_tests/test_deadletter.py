@@ -23,9 +23,11 @@ def drain_until_settled(rounds: int = 10) -> None:
 
 
 def test_a_failure_is_recorded_and_retried_later_with_backoff():
-    pgmsg.notify(Work(key="flaky", fail_times=1))
+    sent_id = pgmsg.notify(Work(key="flaky", fail_times=1))
+    created_at = Notification.objects.get().created_at
     drain()
     row = Notification.objects.get()
+    assert (row.pk, row.created_at) == (sent_id, created_at)  # the same message, put back
     assert row.state == "retrying" and row.attempts == 1
     assert "work flaky fails on attempt 1" in row.last_error
     assert row.available_at > row.last_failed_at  # not due again at once: backoff

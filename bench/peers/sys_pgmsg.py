@@ -39,9 +39,10 @@ class PgmsgAdapter(common.Adapter):
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
+        from django.db import connection, transaction
+
         import pgmsg
         from bench.benchapp.listeners import Tick
-        from django.db import connection, transaction
 
         self.pgmsg, self.Tick, self.connection, self.transaction = (
             pgmsg,

@@ -26,8 +26,10 @@ WHERE id IN (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-RETURNING id, channel, payload::text, attempts, available_at, created_at, last_error,
-          last_failed_at;
+-- Timestamps come back as text: they are only written back by restore_notifications, and
+-- parsing them into datetimes for every row costs more than the rest of the decoding.
+RETURNING id, channel, payload::text, attempts, available_at::text, created_at::text,
+          last_error, last_failed_at::text;
 
 -- name: restore_notifications
 -- Put back, in the same transaction, the claimed rows that were not handled: failures with
@@ -45,8 +47,8 @@ SELECT r.id, r.channel, r.payload::jsonb,
        r.last_error,
        CASE WHEN r.delay IS NULL THEN r.last_failed_at ELSE now() END
 FROM unnest(%(ids)s::bigint[], %(channels)s::text[], %(payloads)s::text[], %(attempts)s::int[],
-            %(available_at)s::timestamptz[], %(created_at)s::timestamptz[],
-            %(errors)s::text[], %(failed_at)s::timestamptz[], %(delays)s::float8[],
+            %(available_at)s::text[]::timestamptz[], %(created_at)s::text[]::timestamptz[],
+            %(errors)s::text[], %(failed_at)s::text[]::timestamptz[], %(delays)s::float8[],
             %(dead)s::bool[])
      AS r(id, channel, payload, attempts, available_at, created_at, last_error, last_failed_at,
           delay, dead);
