@@ -417,3 +417,64 @@ def test_json_health_endpoint_answers_200_or_503(client):
     assert body["status"] == "degraded" and body["inboxes"]["test.inbox"]["dead"] == 1
     assert client.get("/pgmsg/inbox/health/test.ordered/").status_code == 200
     assert client.get("/pgmsg/inbox/health/test.nope/").status_code == 404
+
+
+@pytest.mark.parametrize("per_message", [False, True])
+def test_a_failing_message_does_not_undo_the_others_of_its_batch(settings, per_message):
+    settings.PGMSG = {**settings.PGMSG, "SAVEPOINT_PER_MESSAGE": per_message}
+    pgmsg.receive("test.inbox", "f-0", type="work", payload={})
+    pgmsg.receive("test.inbox", "f-1", type="work", payload={"fail_times": 1})
+    pgmsg.receive("test.inbox", "f-2", type="work", payload={})
+    pgmsg.receive("test.ordered", "g-0", type="step", aggregate_id="G",
+                  payload={"seq": 0, "fail_times": 1})
+    pgmsg.receive("test.ordered", "g-1", type="step", aggregate_id="G", payload={"seq": 1})
+    pgmsg.receive("test.ordered", "h-0", type="step", aggregate_id="H", payload={"seq": 0})
+    drain("test.inbox", "test.ordered")
+    assert effects() == {"f-0": 1, "f-2": 1}
+    assert effects("inbox:test.ordered") == {"H:0": 1}  # G:1 waits behind the failed G:0
+    assert status_of("f-1").attempts == 1 and status_of("g-1", "test.ordered").attempts == 0
+    make_due_now()
+    drain("test.inbox", "test.ordered")
+    assert effects() == {"f-0": 1, "f-1": 1, "f-2": 1}
+    assert effects("inbox:test.ordered") == {"H:0": 1, "G:0": 1, "G:1": 1}
+
+
+def test_command_gaps_and_replay():
+    pgmsg.receive("test.ordered", "q-0", type="step", aggregate_id="Q",
+                  payload={"seq": 0, "fail_unless_fixed": True})
+    pgmsg.receive("test.ordered", "q-1", type="step", aggregate_id="Q", payload={"seq": 1})
+    for _ in range(2):
+        drain("test.ordered")
+        make_due_now()
+    out = StringIO()
+    call_command("pgmsg_inbox", "gaps", "test.ordered", "--json", stdout=out)
+    [gap] = json.loads(out.getvalue())
+    assert (gap["aggregate_id"], gap["status"], gap["waiting"]) == ("Q", "dead", 1)
+    Effect.objects.create(key="fixed:q-0")
+    call_command("pgmsg_inbox", "replay", "test.ordered", str(gap["head_id"]), stdout=StringIO())
+    drain("test.ordered")
+    assert effects("inbox:test.ordered") == {"Q:0": 1, "Q:1": 1}
+
+
+def test_admin_replay_and_discard_need_their_own_permissions(client):
+    from django.contrib.auth.models import Permission, User
+
+    pgmsg.receive("test.inbox", "adm", type="nope", payload={})
+    drain()
+    user = User.objects.create_user("ops", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_inboxmessage"))
+    client.force_login(user)
+    url = "/admin/pgmsg/inboxmessage/"
+    page = client.get(url)
+    assert page.status_code == 200
+    assert b"replay_selected" not in page.content and b"discard_selected" not in page.content
+    row = status_of("adm")
+    refused = client.post(url, {"action": "replay_selected", "_selected_action": [row.id]})
+    assert status_of("adm").status == "dead" and refused.status_code in (200, 302)
+    user.user_permissions.add(Permission.objects.get(codename="discard_inboxmessage"))
+    user = User.objects.get(pk=user.pk)  # drop the cached permissions
+    client.force_login(user)
+    assert b"discard_selected" in client.get(url).content
+    client.post(url, {"action": "discard_selected", "_selected_action": [row.id]})
+    row = status_of("adm")
+    assert (row.status, row.discard_reason) == ("discarded", "discarded in the admin by ops")
