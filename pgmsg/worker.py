@@ -335,8 +335,14 @@ class Worker:
     # -- running -----------------------------------------------------------------------------
 
     def run(self) -> None:
-        if self.install_signal_handlers:
-            self._install_signal_handlers()
+        previous = self._install_signal_handlers() if self.install_signal_handlers else {}
+        try:
+            self._run()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _run(self) -> None:
         logger.info(
             "pgmsg worker %s: sources %s, broadcast %s",
             os.getpid(),
@@ -352,11 +358,15 @@ class Worker:
             except _CONNECTION_ERRORS as exc:
                 if self.stopping:
                     break
+                if self.until_idle:
+                    raise  # a one-shot run reports the error instead of waiting it out
+                # Lost connections, a restarting server, a migration not applied yet: the rows
+                # are safe in the database, so wait and carry on.
                 logger.warning(
-                    "pgmsg worker %s: database connection lost (%s); reconnecting in %.1fs",
+                    "pgmsg worker %s: database error, reconnecting in %.1fs: %s",
                     os.getpid(),
-                    exc,
                     reconnect_delay,
+                    exc,
                 )
                 self._close()
                 self._sleep(reconnect_delay)
@@ -464,7 +474,7 @@ class Worker:
         while not self.stopping and time.monotonic() < deadline:
             time.sleep(min(0.1, deadline - time.monotonic()))
 
-    def _install_signal_handlers(self) -> None:
+    def _install_signal_handlers(self) -> dict:
         def handler(signum, frame):
             if self.stopping:
                 logger.warning("pgmsg worker %s: second signal, exiting at once", os.getpid())
@@ -474,8 +484,9 @@ class Worker:
             )
             self.stop()
 
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
+        return {
+            signum: signal.signal(signum, handler) for signum in (signal.SIGTERM, signal.SIGINT)
+        }
 
 
 def _split_channels(names: Iterable[str] | None) -> tuple[set[str], set[str]]:

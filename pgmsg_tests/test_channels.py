@@ -101,3 +101,17 @@ def test_notify_refuses_what_is_not_a_channel_message():
 def test_listener_of_an_invalid_name_is_refused():
     with pytest.raises(errors.InvalidName):
         pgmsg.listener("Bad Name")
+
+
+def test_trigger_channel_names_are_validated():
+    import pgtrigger
+
+    with pytest.raises(errors.InvalidName, match="invalid channel name 'Bad;name'"):
+        pgmsg.ChannelTrigger(channel="Bad;name", operation=pgtrigger.Insert)
+
+
+def test_trigger_channels_are_registered_with_their_model():
+    from pgmsg_tests.testapp.models import Order
+
+    spec = channels.registry.get("order_changed")
+    assert spec.is_trigger and spec.model is Order and spec.delivery == pgmsg.EXACTLY_ONCE
