@@ -3,12 +3,11 @@
 This module runs inside Spark's Python workers, so it imports neither Django nor the rest of
 pgmsg: everything it needs (connection string, table, columns, key ranges, transaction-id
 bounds) arrives as data source options. Each partition COPYs its key range out of PostgreSQL
-as CSV and parses it with pyarrow, so rows reach Spark as Arrow record batches.
+as CSV and parses it with pyarrow block by block, so rows reach Spark as Arrow record batches.
 """
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -54,8 +53,8 @@ _KINDS: dict[str, tuple[str, pa.DataType, DataType]] = {
 KINDS = frozenset(_KINDS)
 _UTC_MICROS = pa.timestamp("us", tz="UTC")
 
-#: Largest CSV block parsed at once; one row (one message) must fit in it.
-DEFAULT_BLOCK_SIZE = 64 * 1024 * 1024
+#: Bytes of CSV gathered before parsing them into one Arrow batch.
+DEFAULT_BLOCK_SIZE = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -152,59 +151,53 @@ class ReadPlan:
         return query, params
 
 
-class _CopyStream(io.RawIOBase):
-    """A readable file over a psycopg COPY TO STDOUT, for pyarrow's streaming CSV reader."""
-
-    def __init__(self, copy: psycopg.Copy) -> None:
-        self._copy = copy
-        self._pending = memoryview(b"")
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        while not self._pending:
-            chunk = self._copy.read()
-            if not chunk:
-                return 0
-            self._pending = memoryview(chunk)
-        n = min(len(buffer), len(self._pending))
-        buffer[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
-        return n
-
-
 def read_range(plan: ReadPlan, lo: int, hi: int) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of the rows with ``lo <= key <= hi``, read over a connection of its own."""
-    schema = plan.arrow_schema()
-    names = [c.name for c in plan.columns]
-    csv_types = {c.name: _KINDS[c.kind][1] for c in plan.columns}
+    """Arrow batches of the rows with ``lo <= key <= hi``, read over a connection of its own.
+
+    COPY sends one row per message, so rows are gathered into blocks of about
+    ``plan.block_size`` bytes that end on a row boundary (a row larger than that is a block of
+    its own), and each block is parsed while PostgreSQL keeps sending.
+    """
     query, params = plan.copy_statement(lo, hi)
     with psycopg.connect(plan.conninfo) as conn:
         conn.read_only = True
         with conn.cursor() as cursor, cursor.copy(query, params) as copy:
-            reader = pacsv.open_csv(
-                io.BufferedReader(_CopyStream(copy), buffer_size=1024 * 1024),
-                read_options=pacsv.ReadOptions(
-                    column_names=names, block_size=plan.block_size, use_threads=False
-                ),
-                parse_options=pacsv.ParseOptions(newlines_in_values=True),
-                # COPY CSV writes NULL unquoted and the empty string as "": keep them apart.
-                convert_options=pacsv.ConvertOptions(
-                    column_types=csv_types,
-                    null_values=[""],
-                    strings_can_be_null=True,
-                    quoted_strings_can_be_null=False,
-                    true_values=["t"],
-                    false_values=["f"],
-                ),
-            )
-            for batch in reader:
-                arrays = [
-                    column.cast(field.type) if column.type != field.type else column
-                    for column, field in zip(batch.columns, schema, strict=True)
-                ]
-                yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+            block = bytearray()
+            for row in copy:
+                block += row
+                if len(block) >= plan.block_size:
+                    yield from _parse(plan, block)
+                    block = bytearray()
+            if block:
+                yield from _parse(plan, block)
+
+
+def _parse(plan: ReadPlan, block: bytearray) -> Iterator[pa.RecordBatch]:
+    schema = plan.arrow_schema()
+    table = pacsv.read_csv(
+        pa.py_buffer(block),
+        read_options=pacsv.ReadOptions(
+            column_names=[c.name for c in plan.columns],
+            block_size=len(block) + 1,
+            use_threads=False,
+        ),
+        parse_options=pacsv.ParseOptions(newlines_in_values=True),
+        # COPY CSV writes NULL unquoted and the empty string as "": keep them apart.
+        convert_options=pacsv.ConvertOptions(
+            column_types={c.name: _KINDS[c.kind][1] for c in plan.columns},
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+            true_values=["t"],
+            false_values=["f"],
+        ),
+    )
+    for batch in table.to_batches():
+        arrays = [
+            column.cast(field.type) if column.type != field.type else column
+            for column, field in zip(batch.columns, schema, strict=True)
+        ]
+        yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 class RangePartition(InputPartition):

@@ -3,6 +3,7 @@ leave watermarks alone. Parquet is read back with pyarrow, independently of Spar
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -377,3 +378,18 @@ def test_the_command_exports_and_prints_a_summary(spark, tmp_path, capsys):
     rows = read_dataset(tmp_path / "notifications")
     assert sorted(json.loads(r["payload"])["key"] for r in rows) == [f"c{i}" for i in range(4)]
     assert {r["channel"] for r in rows} == {"test.unheard"}
+
+
+def test_blocks_end_on_row_boundaries_even_when_a_row_is_larger(tmp_path):
+    from pgmsg.spark_source import read_range
+
+    keys = ["a\nb", "x" * 50_000, '"', "", "ok"] * 3
+    pgmsg.notify_many(Unheard(key=k) for k in keys)
+    [table_plan] = export.plan(str(tmp_path), tables=["notifications"], partitions=1)
+    small = dataclasses.replace(table_plan.read, block_size=1000)
+    lo, hi = table_plan.key_range
+    batches = list(read_range(small, lo, hi))
+    assert len(batches) > 3
+    rows = [row for batch in batches for row in batch.to_pylist()]
+    assert [json.loads(r["payload"])["key"] for r in rows] == keys
+    assert_same_rows(rows, "pgmsg_notification", "id")
