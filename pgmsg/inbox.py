@@ -330,9 +330,9 @@ class InboxSource:
         done: list[int] = []
         failed: list[tuple] = []
         with transaction.atomic(using=db), connections[db].cursor() as cursor:
-            claimed = 0
+            claimed, more = 0, False
             if self.inbox.ordered:
-                claimed += self._ordered(worker, cursor, params, done, failed)
+                claimed, more = self._ordered(worker, cursor, params, done, failed)
             # Messages without an aggregate id (in an ordered inbox too) have no order to keep.
             room = worker.batch_size - claimed
             if room > 0 and not worker.stopping:
@@ -349,23 +349,28 @@ class InboxSource:
                 cursor.execute(_SQL["fail"], {"ids": list(ids), "errors": list(errs),
                                               "delays": list(delays), "dead": list(dead)})
         worker.handled += len(done)
-        return claimed
+        return worker.batch_size if more else claimed
 
-    def _ordered(self, worker, cursor, params, done, failed) -> int:
-        """Handle the heads (and what follows) of aggregates that no other worker holds."""
+    def _ordered(self, worker, cursor, params, done, failed) -> tuple[int, bool]:
+        """Handle the heads (and what follows) of aggregates that no other worker holds.
+
+        Returns the rows claimed, and whether a locked aggregate may have more due now.
+        """
         # Take a quarter batch of aggregates, up to four messages each (more when fewer are
         # free), so that other workers find aggregates to take too; look past the first
         # heads so that they can find the ones this worker does not hold.
         cursor.execute(_SQL["ordered_heads"], {**params, "limit": 4 * worker.batch_size})
         heads = [row[0] for row in cursor.fetchall()]
         if not heads:
-            return 0
+            return 0, False
+        lock_limit = math.ceil(worker.batch_size / 4)
         cursor.execute(_SQL["lock_aggregates"], {
-            "inbox": self.inbox.name, "aggregates": heads,
-            "limit": math.ceil(worker.batch_size / 4)})
+            "inbox": self.inbox.name, "aggregates": heads, "limit": lock_limit})
         mine = [row[0] for row in cursor.fetchall()]
         if not mine:
-            return 0
+            return 0, False
+        # Due aggregates left for lack of room (not because another worker holds them).
+        more = len(mine) == lock_limit and len(heads) > lock_limit
         per_aggregate = max(1, math.ceil(worker.batch_size / len(mine)))
         cursor.execute(_SQL["claim_ordered"], {"inbox": self.inbox.name, "aggregates": mine,
                                                "per_aggregate": per_aggregate})
@@ -380,9 +385,8 @@ class InboxSource:
             else:
                 runnable.append(row)
         self._run(worker, runnable, done, failed, ordered=True)
-        if any(n >= per_aggregate for a, n in fetched.items() if a not in stopped):
-            return worker.batch_size  # an aggregate may have more: look again at once
-        return len(rows)
+        more = more or any(n >= per_aggregate for a, n in fetched.items() if a not in stopped)
+        return len(rows), more
 
     def _run(self, worker, rows: list, done: list, failed: list, *, ordered: bool) -> None:
         """Run the rows' handlers in order, inside the claim transaction.

@@ -478,3 +478,11 @@ def test_admin_replay_and_discard_need_their_own_permissions(client):
     client.post(url, {"action": "discard_selected", "_selected_action": [row.id]})
     row = status_of("adm")
     assert (row.status, row.discard_reason) == ("discarded", "discarded in the admin by ops")
+
+
+def test_ordered_inbox_with_more_aggregates_than_a_batch_takes_drains_them_all():
+    pgmsg.receive_many("test.ordered", [
+        {"message_id": f"many-{i}", "type": "step", "aggregate_id": f"m{i}", "payload": {"seq": 0}}
+        for i in range(30)])
+    drain("test.ordered", batch_size=4)
+    assert InboxMessage.objects.filter(status="processed").count() == 30
