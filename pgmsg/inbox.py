@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from django.core import checks
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, transaction
 
@@ -469,6 +470,24 @@ class InboxSource:
         from pgmsg import inbox_ops
 
         inbox_ops.purge([self.inbox.name], chunks=1)
+
+
+@checks.register()
+def check_handlers(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """Every inbox handler must name a declared inbox (a typo would otherwise never run)."""
+    by_inbox: dict[str, list[str]] = {}
+    for (name, type_), func in sorted(registry.handlers.items()):
+        if name not in registry.inboxes:
+            by_inbox.setdefault(name, []).append(f"{type_!r} ({_qualname(func)})")
+    return [
+        checks.Error(
+            f"inbox handler(s) registered for undeclared inbox {name!r}: {', '.join(found)}",
+            hint=f"declare it with pgmsg.Inbox({name!r}); declared inboxes: "
+                 f"{sorted(registry.inboxes)}",
+            id="pgmsg.E401",
+        )
+        for name, found in by_inbox.items()
+    ]
 
 
 def worker_sources(options: wk.SourceOptions) -> list[InboxSource]:

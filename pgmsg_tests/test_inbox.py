@@ -486,3 +486,19 @@ def test_ordered_inbox_with_more_aggregates_than_a_batch_takes_drains_them_all()
         for i in range(30)])
     drain("test.ordered", batch_size=4)
     assert InboxMessage.objects.filter(status="processed").count() == 30
+
+
+def test_a_handler_for_an_undeclared_inbox_fails_the_system_check():
+    from pgmsg.inbox import check_handlers
+
+    assert check_handlers() == []
+
+    @pgmsg.inbox_handler("test.typo", "work")
+    def lost(message):
+        pass
+
+    try:
+        [problem] = check_handlers()
+        assert problem.id == "pgmsg.E401" and "'test.typo'" in problem.msg
+    finally:
+        del registry.handlers[("test.typo", "work")]
