@@ -193,7 +193,7 @@ def export_tables(
             summary.seconds = time.monotonic() - started
             return summary
         _check_output(output)
-        if spark is None and any(p.rows for p in plans):
+        if spark is None and any(p.rows or p.mode == "overwrite" for p in plans):
             spark_started = time.monotonic()
             spark = start_spark(master or conf.get().EXPORT_SPARK_MASTER, spark_conf or {})
             summary.spark_seconds = time.monotonic() - spark_started
@@ -465,7 +465,7 @@ def _export_one(spark: Any, table_plan: TablePlan, *, using: str) -> TableResult
     started = time.monotonic()
     spec = table_plan.spec
     before = _parquet_files(table_plan.path)
-    if table_plan.rows:
+    if table_plan.rows or table_plan.mode == "overwrite":
         try:
             _write(spark, table_plan)
         except Exception as exc:
@@ -498,7 +498,10 @@ def _write(spark: Any, table_plan: TablePlan) -> None:
     # Parquet's own UTC timestamp type (not the legacy INT96), readable by any Parquet reader.
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     spark.sparkContext.setJobDescription(f"pgmsg export {table_plan.spec.name}")
-    frame = spark.read.format(FORMAT).options(**table_plan.read.to_options()).load()
+    if table_plan.rows:
+        frame = spark.read.format(FORMAT).options(**table_plan.read.to_options()).load()
+    else:  # overwriting with nothing: the dataset becomes empty (a snapshot of an empty table)
+        frame = spark.createDataFrame([], table_plan.read.spark_schema())
     writer = frame.write.mode(table_plan.mode)
     if table_plan.partition_column:
         writer = writer.partitionBy(table_plan.partition_column)

@@ -103,13 +103,15 @@ class ReadPlan:
             "transaction_range": list(self.transaction_range) if self.transaction_range else None,
             "block_size": self.block_size,
         }
-        return {"conninfo": self.conninfo, "plan": json.dumps(plan)}
+        # An option key containing "url" is redacted by Spark (spark.sql.redaction.options.regex)
+        # wherever it shows options, and the connection string may hold a password.
+        return {"database_url": self.conninfo, "plan": json.dumps(plan)}
 
     @classmethod
     def from_options(cls, options: dict) -> ReadPlan:
         plan = json.loads(options["plan"])
         return cls(
-            conninfo=options["conninfo"],
+            conninfo=options["database_url"],
             table=plan["table"],
             key=plan["key"],
             columns=tuple(Column(*c) for c in plan["columns"]),

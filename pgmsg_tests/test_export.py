@@ -23,6 +23,7 @@ from pgmsg import errors, export
 from pgmsg.devdb import database_url
 from pgmsg.models import ExportWatermark, Notification
 from pgmsg_tests.conftest import ROOT, wait_for
+from pgmsg_tests.helpers import drain
 from pgmsg_tests.testapp.channels import Unheard, Work
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -393,3 +394,14 @@ def test_blocks_end_on_row_boundaries_even_when_a_row_is_larger(tmp_path):
     rows = [row for batch in batches for row in batch.to_pylist()]
     assert [json.loads(r["payload"])["key"] for r in rows] == keys
     assert_same_rows(rows, "pgmsg_notification", "id")
+
+
+@pytest.mark.spark
+def test_a_snapshot_export_of_an_emptied_table_empties_the_dataset(spark, tmp_path):
+    pgmsg.notify(Work(key="handled soon"))
+    first = export.export_tables(str(tmp_path), spark=spark, tables=["notifications"])
+    assert first.results[0].rows == 1 and len(read_dataset(tmp_path / "notifications")) == 1
+    drain()  # handled notifications are deleted
+    second = export.export_tables(str(tmp_path), spark=spark, tables=["notifications"])
+    assert second.plans[0].mode == "overwrite" and second.results[0].rows == 0
+    assert read_dataset(tmp_path / "notifications") == []
