@@ -30,10 +30,14 @@ def listening_workers() -> int:
         return cursor.fetchone()[0]
 
 
-def sessions_with_uncommitted_writes() -> int:
+def sessions_writing_effects() -> int:
+    """Other sessions whose open transaction has inserted into the Effect table: a worker
+    that has run at least one handler of its batch and not committed yet."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND pid <> pg_backend_pid() AND backend_xid IS NOT NULL")
+        cursor.execute("SELECT count(*) FROM pg_locks AS l "
+                       "JOIN pg_class AS c ON c.oid = l.relation "
+                       "WHERE c.relname = 'testapp_effect' AND l.mode = 'RowExclusiveLock' "
+                       "AND l.pid <> pg_backend_pid()")
         return cursor.fetchone()[0]
 
 
@@ -114,9 +118,8 @@ def test_a_worker_killed_mid_batch_loses_nothing_and_applies_nothing_twice(worke
         for i in range(12)
     ]
     pgmsg.receive_many(inbox, messages)
-    # Mid-batch: the worker has written effects that it has not committed.
-    wait_for(lambda: sessions_with_uncommitted_writes() > 0, timeout=30,
-             message="worker mid-batch")
+    # Mid-batch: the worker has run handlers whose effects it has not committed.
+    wait_for(lambda: sessions_writing_effects() > 0, timeout=30, message="worker mid-batch")
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     assert InboxMessage.objects.filter(inbox=inbox, status="processed").count() == 0
