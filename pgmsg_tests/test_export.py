@@ -405,3 +405,13 @@ def test_a_snapshot_export_of_an_emptied_table_empties_the_dataset(spark, tmp_pa
     second = export.export_tables(str(tmp_path), spark=spark, tables=["notifications"])
     assert second.plans[0].mode == "overwrite" and second.results[0].rows == 0
     assert read_dataset(tmp_path / "notifications") == []
+
+
+def test_a_second_export_on_the_same_database_is_refused_while_one_runs(tmp_path):
+    import psycopg
+
+    with psycopg.connect(database_url(connection.settings_dict), autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(hashtext('pgmsg_export:'))")
+        with pytest.raises(errors.ExportError, match="another pgmsg export is running"):
+            export.export_tables(str(tmp_path), dry_run=True)
+    assert export.export_tables(str(tmp_path), dry_run=True).dry_run
