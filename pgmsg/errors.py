@@ -47,6 +47,33 @@ class InvalidMessage(PgmsgError, ValueError):
     """An inbox message that cannot be stored (empty id or type, payload not JSON, ...)."""
 
 
+class InvalidStreamName(InvalidName):
+    """A stream name that does not follow ``<category>-<id>``."""
+
+
+class ConcurrencyError(PgmsgError):
+    """An append's expected version did not match the stream; nothing was written."""
+
+    def __init__(self, stream: str, expected: object, actual: int) -> None:
+        self.stream, self.expected, self.actual = stream, expected, actual
+        super().__init__(
+            f"stream {stream!r} is at version {actual}, but the append expected {expected}; "
+            "nothing was written: reload the stream and decide again"
+        )
+
+
+class DuplicateMessageId(PgmsgError, ValueError):
+    """A message id stored already where a re-append cannot be idempotent."""
+
+
+class UnknownEventType(PgmsgError, LookupError):
+    """A stored event whose type name no Event class registers."""
+
+
+class UnknownSubscription(PgmsgError, LookupError):
+    """A subscription name that no declaration registered."""
+
+
 class ExportError(PgmsgError):
     """A Parquet export that could not run or finish; the watermarks did not move."""
 

@@ -1,7 +1,15 @@
 """Every pgmsg table, in the order a message travels. One module per kind of message."""
 
+from pgmsg.models.events import Stream, StoredEvent, SubscriptionPartition
 from pgmsg.models.export import ExportWatermark
 from pgmsg.models.inbox import InboxMessage
 from pgmsg.models.notifications import Notification
 
-__all__ = ["ExportWatermark", "InboxMessage", "Notification"]
+__all__ = [
+    "ExportWatermark",
+    "InboxMessage",
+    "Notification",
+    "StoredEvent",
+    "Stream",
+    "SubscriptionPartition",
+]

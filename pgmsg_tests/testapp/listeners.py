@@ -69,3 +69,4 @@ def record_order_change(change: pgmsg.RowChange) -> None:
         },
     )
 from pgmsg_tests.testapp import inbox_handlers  # noqa: E402,F401
+from pgmsg_tests.testapp import events_handlers  # noqa: E402,F401

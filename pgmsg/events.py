@@ -1,0 +1,415 @@
+"""The event store: typed events, append with optimistic concurrency, gap-free reads."""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import datetime as dt
+import enum
+import json
+import logging
+import re
+import uuid
+from collections.abc import Iterable
+from typing import Any, ClassVar, NamedTuple, dataclass_transform
+
+from django.db import connections, transaction
+
+from pgmsg import conf, errors, payloads, sql
+
+logger = logging.getLogger(__name__)
+
+_SQL = sql.load("events.sql")
+
+# Categories become NOTIFY payloads ("events:<category>") and filter values; the same
+# character set and length as channel names keeps them readable and inside NOTIFY's limits.
+MAX_CATEGORY_LENGTH = 57
+MAX_STREAM_NAME_LENGTH = 200
+_CATEGORY_RE = re.compile(r"^[a-z][a-z0-9_.]*$")
+_STREAM_ID_RE = re.compile(r"^[A-Za-z0-9_.:@+=~-]+$")
+_TYPE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.]*$")
+_ENVELOPE_FIELDS = ("message_id", "metadata")
+
+
+class Expect(enum.Enum):
+    """Expected versions that are not a number."""
+
+    #: Append whatever the stream's version.
+    ANY = "any"
+    #: The stream must have no events yet (the same as expected version 0).
+    NO_STREAM = "no stream"
+
+    def __repr__(self) -> str:
+        return f"pgmsg.{self.name}"
+
+    __str__ = __repr__
+
+
+ANY = Expect.ANY
+NO_STREAM = Expect.NO_STREAM
+
+
+# -- typed events ------------------------------------------------------------------------------
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field,))
+@dataclasses.dataclass
+class Event:
+    """Base of typed events. A subclass is a dataclass whose fields are the event's data.
+
+    ::
+
+        class Deposited(pgmsg.Event, type="account.deposited"):
+            amount: Decimal
+
+    ``type`` (default: the class name) is stored beside the JSON data and names the class when
+    the event is read back, so keep it stable when the class moves or is renamed. Every
+    instance has a ``message_id`` (a new UUID unless given: give the same id to make a retried
+    append idempotent) and ``metadata`` (``correlation_id``, ``causation_id``, anything else
+    JSON can hold); both are keyword-only and kept out of the data.
+    """
+
+    pgmsg_type: ClassVar[str]
+
+    message_id: uuid.UUID = dataclasses.field(
+        default_factory=uuid.uuid4, kw_only=True, compare=False, repr=False
+    )
+    metadata: dict[str, Any] = dataclasses.field(
+        default_factory=dict, kw_only=True, compare=False, repr=False
+    )
+
+    def __init_subclass__(cls, *, type: str | None = None, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__dataclass_fields__" not in cls.__dict__:
+            dataclasses.dataclass(cls)
+        name = type or cls.__name__
+        if not isinstance(name, str) or not _TYPE_RE.match(name):
+            raise errors.ConfigurationError(
+                f"{cls.__qualname__}: invalid event type {name!r}: use letters, digits, '_' or "
+                "'.', starting with a letter"
+            )
+        payloads.check_supported(cls)
+        known = event_types.get(name)
+        if known is not None and _origin(known) != _origin(cls):
+            raise errors.ConfigurationError(
+                f"event type {name!r} is declared twice: by {_origin(known)} and {_origin(cls)}"
+            )
+        cls.pgmsg_type = name
+        event_types[name] = cls
+
+    def follows(self, cause: RecordedEvent) -> Event:
+        """Mark this event as caused by ``cause`` (causation id; correlation id carried on)."""
+        self.metadata["causation_id"] = str(cause.message_id)
+        self.metadata["correlation_id"] = cause.metadata.get("correlation_id") or str(
+            cause.message_id
+        )
+        return self
+
+
+def _origin(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+#: Event classes by stored type name.
+event_types: dict[str, type[Event]] = {}
+
+
+def event_class(type_name: str) -> type[Event]:
+    try:
+        return event_types[type_name]
+    except KeyError:
+        raise errors.UnknownEventType(
+            f"no Event class has type {type_name!r}; known types: {sorted(event_types)}"
+        ) from None
+
+
+def _data_of(event: Event) -> str:
+    return payloads.dumps(
+        {f.name: getattr(event, f.name) for f in dataclasses.fields(event)
+         if f.name not in _ENVELOPE_FIELDS}
+    )
+
+
+# -- stream names and checkpoints ----------------------------------------------------------------
+
+
+def category_of(stream: str) -> str:
+    """``account`` for ``account-123``."""
+    return stream.split("-", 1)[0]
+
+
+def validate_stream_name(stream: Any) -> str:
+    """Return ``stream`` if it is ``<category>-<id>``; raise InvalidStreamName quoting it if not."""
+    if not isinstance(stream, str) or "-" not in stream:
+        raise errors.InvalidStreamName(
+            f"invalid stream name {stream!r}: use '<category>-<id>', e.g. 'account-123'"
+        )
+    category, ident = stream.split("-", 1)
+    validate_category(category, stream=stream)
+    if not _STREAM_ID_RE.match(ident):
+        raise errors.InvalidStreamName(
+            f"invalid stream name {stream!r}: the id after the first '-' must be non-empty "
+            "letters, digits or _.:@+=~-"
+        )
+    if len(stream.encode()) > MAX_STREAM_NAME_LENGTH:
+        raise errors.InvalidStreamName(
+            f"invalid stream name {stream!r}: {len(stream.encode())} bytes, "
+            f"at most {MAX_STREAM_NAME_LENGTH}"
+        )
+    return stream
+
+
+def validate_category(category: Any, *, stream: str | None = None) -> str:
+    what = f"stream name {stream!r}" if stream is not None else f"category {category!r}"
+    if not isinstance(category, str) or not _CATEGORY_RE.match(category):
+        raise errors.InvalidStreamName(
+            f"invalid {what}: the category must be lowercase letters, digits, '_' or '.', "
+            "starting with a letter"
+        )
+    if len(category.encode()) > MAX_CATEGORY_LENGTH:
+        raise errors.InvalidStreamName(
+            f"invalid {what}: category of {len(category.encode())} bytes, "
+            f"at most {MAX_CATEGORY_LENGTH}"
+        )
+    return category
+
+
+class Checkpoint(NamedTuple):
+    """A place in the store's read order: everything at or before (transaction_id, position)."""
+
+    transaction_id: int
+    position: int
+
+
+#: Before the first event.
+START = Checkpoint(0, 0)
+
+
+@dataclasses.dataclass(eq=False)
+class RecordedEvent:
+    """An event as stored: where it is, when it was written, and its (lazily decoded) event."""
+
+    position: int
+    transaction_id: int
+    stream_name: str
+    version: int
+    type: str
+    data: dict[str, Any]
+    metadata: dict[str, Any]
+    message_id: uuid.UUID
+    recorded_at: dt.datetime
+    _event: Event | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def category(self) -> str:
+        return category_of(self.stream_name)
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return Checkpoint(self.transaction_id, self.position)
+
+    @property
+    def event(self) -> Event:
+        """The typed event (raises UnknownEventType or PayloadError if it cannot be built)."""
+        if self._event is None:
+            event = payloads.load(event_class(self.type), self.data)
+            event.message_id = self.message_id
+            event.metadata = dict(self.metadata)
+            self._event = event
+        return self._event
+
+    @classmethod
+    def from_row(cls, row: tuple) -> RecordedEvent:
+        position, xid, stream, version, type_, data, metadata, message_id, recorded_at = row
+        return cls(position, int(xid), stream, version, type_, json.loads(data),
+                   json.loads(metadata), message_id, recorded_at)
+
+
+# -- appending -----------------------------------------------------------------------------------
+
+#: The event being handled by a subscription, so appends in a handler record their cause.
+_cause: contextvars.ContextVar[RecordedEvent | None] = contextvars.ContextVar(
+    "pgmsg_event_cause", default=None
+)
+
+
+def append(
+    stream: str,
+    events: Event | Iterable[Event],
+    *,
+    expected_version: int | Expect = ANY,
+) -> int:
+    """Append ``events`` to ``stream`` atomically, in the caller's transaction; return the
+    stream's version after them.
+
+    ``expected_version``: a version number, ``NO_STREAM`` (same as 0) or ``ANY``. A mismatch
+    raises ConcurrencyError and writes nothing. Appends to one stream are serialised by a lock
+    on its row, held until the caller's transaction ends. If every event's message id is
+    stored already (a retried call), nothing is written and the stored version is returned,
+    whatever ``expected_version``; if only some are, DuplicateMessageId is raised.
+    """
+    validate_stream_name(stream)
+    batch = [events] if isinstance(events, Event) else list(events)
+    if not batch:
+        raise errors.PayloadError(f"append to {stream!r}: no events given")
+    expected = _check_expected(expected_version)
+    types, data, metadata, ids = [], [], [], []
+    cause = _cause.get()
+    for event in batch:
+        if not isinstance(event, Event) or type(event) is Event:
+            raise errors.PayloadError(
+                f"append to {stream!r}: {event!r} is not an instance of a pgmsg.Event subclass"
+            )
+        if not isinstance(event.metadata, dict):
+            raise errors.PayloadError(f"metadata of {event!r} must be a dict, got "
+                                      f"{event.metadata!r}")
+        if cause is not None and "causation_id" not in event.metadata:
+            event.follows(cause)
+        types.append(event.pgmsg_type)
+        data.append(_data_of(event))
+        metadata.append(payloads.dumps(event.metadata))
+        ids.append(_message_id(event))
+    if len(set(ids)) != len(ids):
+        raise errors.DuplicateMessageId(f"append to {stream!r}: a message id appears twice: "
+                                        f"{sorted(str(i) for i in ids if ids.count(i) > 1)}")
+
+    db = conf.get().DATABASE
+    with transaction.atomic(using=db), connections[db].cursor() as cursor:
+        cursor.execute(_SQL["lock_stream"], {"stream": stream})
+        current = cursor.fetchone()[0]
+        cursor.execute(_SQL["stored_messages"], {"ids": ids})
+        stored = {row[0]: (row[1], row[2]) for row in cursor.fetchall()}
+        if stored:
+            return _already_stored(stream, ids, stored)
+        if expected is not ANY and expected != current:
+            raise errors.ConcurrencyError(stream, expected_version, current)
+        cursor.execute(
+            _SQL["insert_events"],
+            {"stream": stream, "category": category_of(stream), "current": current,
+             "types": types, "data": data, "metadata": metadata, "ids": ids},
+        )
+    return current + len(batch)
+
+
+def _check_expected(expected: Any) -> int | Expect:
+    if expected is ANY:
+        return ANY
+    if expected is NO_STREAM:
+        return 0
+    if isinstance(expected, int) and not isinstance(expected, bool) and expected >= 0:
+        return expected
+    raise errors.PayloadError(
+        f"expected_version must be a version number >= 0, pgmsg.NO_STREAM or pgmsg.ANY, "
+        f"got {expected!r}"
+    )
+
+
+def _message_id(event: Event) -> uuid.UUID:
+    value = event.message_id
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise errors.PayloadError(f"message_id of {event!r} is not a UUID: {value!r}") from None
+
+
+def _already_stored(stream: str, ids: list[uuid.UUID], stored: dict) -> int:
+    elsewhere = {str(i): s for i, (s, _) in stored.items() if s != stream}
+    if elsewhere:
+        raise errors.DuplicateMessageId(
+            f"append to {stream!r}: message id(s) already stored in other streams: {elsewhere}"
+        )
+    if len(stored) != len(ids):
+        missing = [str(i) for i in ids if i not in stored]
+        raise errors.DuplicateMessageId(
+            f"append to {stream!r}: some message ids are stored already and {missing} are not; "
+            "a retried append must carry the same events as the first attempt"
+        )
+    logger.info("pgmsg: append to %r was stored already; nothing written", stream)
+    return max(version for _, version in stored.values())
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+def stream_version(stream: str) -> int:
+    """The stream's current version (0 if it has no events)."""
+    with connections[conf.get().DATABASE].cursor() as cursor:
+        cursor.execute(_SQL["stream_version"], {"stream": validate_stream_name(stream)})
+        row = cursor.fetchone()
+    return row[0] if row else 0
+
+
+def read_stream(
+    stream: str, *, start: int | None = None, backwards: bool = False, limit: int | None = None
+) -> list[RecordedEvent]:
+    """Events of one stream in version order (or reversed), from version ``start`` on (default:
+    the first, or the last when backwards), at most ``limit``."""
+    validate_stream_name(stream)
+    if start is None:
+        start = 2**31 - 1 if backwards else 1
+    with connections[conf.get().DATABASE].cursor() as cursor:
+        cursor.execute(
+            _SQL["read_stream_backwards" if backwards else "read_stream_forwards"],
+            {"stream": stream, "version": start, "limit": limit},
+        )
+        return [RecordedEvent.from_row(row) for row in cursor.fetchall()]
+
+
+def read_all(
+    after: Checkpoint = START,
+    *,
+    category: str | None = None,
+    types: Iterable[str | type[Event]] | None = None,
+    limit: int = 1000,
+) -> list[RecordedEvent]:
+    """Events after checkpoint ``after`` in the store's gap-free read order.
+
+    Only events of ended transactions are returned, in (transaction_id, position) order: an
+    event committed later never sorts before one returned now, so a reader that continues from
+    the last returned ``.checkpoint`` misses nothing. Positions are unique and rise within a
+    stream, but the read order across streams is by transaction, not by position.
+    """
+    with connections[conf.get().DATABASE].cursor() as cursor:
+        cursor.execute(_SQL["snapshot_xmin"])
+        xmin = int(cursor.fetchone()[0])
+        return read_ordered(cursor, after=after, xmin=xmin, category=category, types=types,
+                            limit=limit)
+
+
+def read_ordered(
+    cursor,
+    *,
+    after: Checkpoint,
+    xmin: int,
+    category: str | None = None,
+    types: Iterable[str | type[Event]] | None = None,
+    partition: tuple[int, int, str, str] | None = None,
+    limit: int,
+) -> list[RecordedEvent]:
+    """read_all() on a given cursor and snapshot xmin; ``partition`` is (index, count,
+    key_source, key) for subscriptions."""
+    if category is not None:
+        validate_category(category)
+    type_names = None if types is None else sorted(
+        t.pgmsg_type if isinstance(t, type) else str(t) for t in types
+    )
+    index, count, key_source, key = partition or (0, 1, "stream", "")
+    cursor.execute(
+        _SQL["read_ordered"],
+        {"xid": str(after[0]), "position": after[1], "xmin": str(xmin), "category": category,
+         "types": type_names, "partitions": count, "partition": index, "key_source": key_source,
+         "key": key, "limit": limit},
+    )
+    return [RecordedEvent.from_row(row) for row in cursor.fetchall()]
+
+
+def checkpoint_of(position: int) -> Checkpoint:
+    """The checkpoint just after the stored event at ``position`` (for replays)."""
+    with connections[conf.get().DATABASE].cursor() as cursor:
+        cursor.execute(_SQL["checkpoint_of"], {"position": position})
+        row = cursor.fetchone()
+    if row is None:
+        raise errors.PayloadError(f"no stored event has position {position!r}")
+    return Checkpoint(int(row[0]), position)

@@ -1,0 +1,119 @@
+"""The event store's tables: streams, events, and the checkpoints of subscription partitions."""
+
+from __future__ import annotations
+
+import pgtrigger
+from django.db import models
+from django.db.models.functions import Now
+
+from pgmsg.channels import WAKE_CHANNEL
+
+
+class Stream(models.Model):
+    """One row per stream: its current version, locked by each append (optimistic concurrency)."""
+
+    name = models.TextField(primary_key=True)
+    version = models.IntegerField(default=0)
+
+    class Meta:
+        db_table = "pgmsg_stream"
+
+    def __str__(self) -> str:
+        return f"{self.name} v{self.version}"
+
+
+class StoredEvent(models.Model):
+    """An appended event. Rows are never updated or deleted by pgmsg.
+
+    The table also has a ``transaction_id xid8`` column (added by the migration in SQL, since
+    Django has no xid8 field): the appending transaction's id, raised to the stream's previous
+    event's value when lower, so that ``(transaction_id, position)`` is a gap-free read order
+    that keeps each stream's version order (see docs/events.md).
+    """
+
+    position = models.BigAutoField(primary_key=True)
+    stream_name = models.TextField()
+    #: The part of the stream name before the first '-'.
+    category = models.TextField()
+    version = models.IntegerField()
+    type = models.TextField()
+    data = models.JSONField()
+    #: correlation_id and causation_id, and whatever the appender adds.
+    metadata = models.JSONField(default=dict)
+    message_id = models.UUIDField(unique=True)
+    recorded_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "pgmsg_event"
+        verbose_name = "event"
+        constraints = [
+            models.UniqueConstraint(fields=["stream_name", "version"], name="pgmsg_event_version"),
+        ]
+        triggers = [
+            # One NOTIFY per category per statement ("events:<category>"); identical payloads
+            # in one transaction fold into one, and NOTIFY is delivered at commit.
+            pgtrigger.Trigger(
+                name="pgmsg_wake_subscriptions",
+                level=pgtrigger.Statement,
+                when=pgtrigger.After,
+                operation=pgtrigger.Insert,
+                referencing=pgtrigger.Referencing(new="new_rows"),
+                func=(
+                    f"PERFORM pg_notify('{WAKE_CHANNEL}', 'events:' || c.category) "
+                    "FROM (SELECT DISTINCT category FROM new_rows) AS c; RETURN NULL;"
+                ),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.stream_name} v{self.version} {self.type} @{self.position}"
+
+
+class SubscriptionPartition(models.Model):
+    """Where one partition of a subscription stands: its checkpoint, and whether it is stopped.
+
+    A worker holds a partition by locking this row (FOR UPDATE SKIP LOCKED) for the
+    transaction that runs the handlers and moves the checkpoint.
+    """
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", "active"
+        STOPPED = "stopped", "stopped"
+
+    id = models.BigAutoField(primary_key=True)
+    subscription = models.CharField(max_length=63)
+    partition = models.IntegerField()
+    #: Every event at or before (checkpoint_transaction, checkpoint_position) in read order is
+    #: done. checkpoint_transaction holds an xid8 value as a bigint.
+    checkpoint_transaction = models.BigIntegerField(default=0)
+    checkpoint_position = models.BigIntegerField(default=0)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.ACTIVE)
+    #: Failed attempts on the event after the checkpoint.
+    attempts = models.IntegerField(default=0)
+    next_attempt_at = models.DateTimeField(db_default=Now())
+    last_error = models.TextField(blank=True, default="")
+    #: The position of the event that failed last (the one a skip passes over).
+    failed_position = models.BigIntegerField(null=True, blank=True)
+    handled = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "pgmsg_subscription_partition"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["subscription", "partition"], name="pgmsg_subscription_partition_key"
+            ),
+        ]
+        permissions = [
+            ("operate_subscriptionpartition", "Can skip, retry or reset subscription partitions"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subscription}[{self.partition}] ({self.state})"
+
+    @property
+    def state(self) -> str:
+        """active, retrying (active after a failure) or stopped."""
+        if self.status == self.Status.STOPPED:
+            return "stopped"
+        return "retrying" if self.attempts else "active"

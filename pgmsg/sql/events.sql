@@ -1,0 +1,81 @@
+-- name: lock_stream
+-- Create the stream row if new, and lock it: concurrent appends to one stream wait here, one
+-- after the other, and each sees the version its predecessor committed (ON CONFLICT DO UPDATE
+-- locks and returns the latest committed row, whatever the statement's snapshot).
+INSERT INTO pgmsg_stream AS s (name, version) VALUES (%(stream)s, 0)
+ON CONFLICT (name) DO UPDATE SET version = s.version
+RETURNING version;
+
+-- name: stored_messages
+-- Which of these message ids are stored already, and where (idempotent re-append).
+SELECT message_id, stream_name, version FROM pgmsg_event WHERE message_id = ANY(%(ids)s::uuid[]);
+
+-- name: insert_events
+-- Append the events with versions current+1.. and move the stream's version, in one statement.
+-- transaction_id is this transaction's id, raised to that of the stream's previous event when
+-- lower: a transaction that started earlier but appends later must sort after it.
+WITH previous AS (
+    SELECT max(transaction_id) AS xid FROM pgmsg_event
+    WHERE stream_name = %(stream)s AND version = %(current)s
+), inserted AS (
+    INSERT INTO pgmsg_event
+        (stream_name, category, version, type, data, metadata, message_id, transaction_id)
+    SELECT %(stream)s, %(category)s, %(current)s + e.n, e.type, e.data::jsonb, e.metadata::jsonb,
+           e.message_id, greatest(pg_current_xact_id(), (SELECT xid FROM previous))
+    FROM unnest(%(types)s::text[], %(data)s::text[], %(metadata)s::text[], %(ids)s::uuid[])
+         WITH ORDINALITY AS e(type, data, metadata, message_id, n)
+    ORDER BY e.n
+    RETURNING position
+), bumped AS (
+    UPDATE pgmsg_stream SET version = %(current)s + cardinality(%(ids)s::uuid[])
+    WHERE name = %(stream)s
+)
+SELECT position FROM inserted ORDER BY position;
+
+-- name: stream_version
+SELECT version FROM pgmsg_stream WHERE name = %(stream)s;
+
+-- name: read_stream_forwards
+SELECT position, transaction_id::text, stream_name, version, type, data::text, metadata::text,
+       message_id, recorded_at
+FROM pgmsg_event
+WHERE stream_name = %(stream)s AND version >= %(version)s
+ORDER BY version
+LIMIT %(limit)s;
+
+-- name: read_stream_backwards
+SELECT position, transaction_id::text, stream_name, version, type, data::text, metadata::text,
+       message_id, recorded_at
+FROM pgmsg_event
+WHERE stream_name = %(stream)s AND version <= %(version)s
+ORDER BY version DESC
+LIMIT %(limit)s;
+
+-- name: snapshot_xmin
+-- Every transaction id below this one has ended (committed or rolled back).
+SELECT pg_snapshot_xmin(pg_current_snapshot())::text;
+
+-- name: read_ordered
+-- Gap-free read in (transaction_id, position) order after a checkpoint: only rows of ended
+-- transactions (transaction_id < xmin), so no row can later appear before one returned here.
+-- Optional filters: category, types, and one partition of N by a hash of the partition key
+-- (stream name, or a data / metadata field).
+SELECT position, transaction_id::text, stream_name, version, type, data::text, metadata::text,
+       message_id, recorded_at
+FROM pgmsg_event
+WHERE (transaction_id, position) > (%(xid)s::text::xid8, %(position)s::bigint)
+  AND transaction_id < %(xmin)s::text::xid8
+  AND (%(category)s::text IS NULL OR category = %(category)s::text)
+  AND (%(types)s::text[] IS NULL OR type = ANY(%(types)s::text[]))
+  AND (%(partitions)s::int = 1 OR abs(mod(hashtextextended(
+        CASE %(key_source)s::text
+            WHEN 'stream' THEN stream_name
+            WHEN 'data' THEN coalesce(data ->> %(key)s::text, '')
+            ELSE coalesce(metadata ->> %(key)s::text, '')
+        END, 0), %(partitions)s::int)) = %(partition)s::int)
+ORDER BY transaction_id, position
+LIMIT %(limit)s;
+
+-- name: checkpoint_of
+-- The read-order key of one stored event (to reset a subscription to it).
+SELECT transaction_id::text FROM pgmsg_event WHERE position = %(position)s;
