@@ -20,6 +20,7 @@ _EXPORTS = {
     "Event": "pgmsg.events",
     "Inbox": "pgmsg.inbox",
     "InboxMessage": "pgmsg.inbox",
+    "ModelInbox": "pgmsg.model_inbox",
     "NO_STREAM": "pgmsg.events",
     "RecordedEvent": "pgmsg.events",
     "Repository": "pgmsg.aggregates",

@@ -87,6 +87,10 @@ class Inbox:
     def __hash__(self) -> int:
         return hash(self.name)
 
+    def make_source(self, partition: tuple[int, int] | None) -> InboxSource:
+        """The worker's source for this inbox."""
+        return InboxSource(self, partition)
+
 
 @dataclasses.dataclass(frozen=True)
 class InboxMessage:
@@ -104,7 +108,8 @@ class InboxMessage:
     trace_id: str
     #: Failed attempts before this one (0 on the first delivery).
     attempts: int
-    received_at: dt.datetime
+    #: None for a model inbox (the model has no receipt time).
+    received_at: dt.datetime | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -431,8 +436,7 @@ class InboxSource:
                 done.append(row[0])
 
     def _call(self, row: tuple) -> None:
-        (id_, message_id, type_, source, aggregate_id, text, trace_id, attempts,
-         received_at) = row
+        id_, type_, attempts = row[0], row[2], row[7]
         func = registry.handlers.get((self.inbox.name, type_))
         if func is None:
             raise errors.UnknownMessageType(
@@ -441,13 +445,18 @@ class InboxSource:
             )
         token = wk._current.set(wk.Delivery("inbox", id_, self.inbox.name, attempts))
         try:
-            func(InboxMessage(
-                id=id_, inbox=self.inbox.name, message_id=message_id, type=type_,
-                source=source, aggregate_id=aggregate_id, payload=json.loads(text),
-                trace_id=trace_id, attempts=attempts, received_at=received_at,
-            ))
+            func(self._message(row))
         finally:
             wk._current.reset(token)
+
+    def _message(self, row: tuple) -> InboxMessage:
+        (id_, message_id, type_, source, aggregate_id, text, trace_id, attempts,
+         received_at) = row
+        return InboxMessage(
+            id=id_, inbox=self.inbox.name, message_id=message_id, type=type_, source=source,
+            aggregate_id=aggregate_id, payload=json.loads(text), trace_id=trace_id,
+            attempts=attempts, received_at=received_at,
+        )
 
     def _failure(self, id_: int, message_id: str, attempts: int, exc: Exception) -> tuple:
         max_attempts = self.inbox.max_attempts or conf.get().MAX_ATTEMPTS
@@ -506,7 +515,7 @@ def worker_sources(options: wk.SourceOptions) -> list[InboxSource]:
         names = [name for name in registry.inboxes if registry.types(name)]
     else:
         names = []
-    return [InboxSource(registry.get(name), options.partition) for name in sorted(set(names))]
+    return [registry.get(name).make_source(options.partition) for name in sorted(set(names))]
 
 
 #: The decorator under the name pgmsg exports it as.

@@ -54,6 +54,13 @@ def health(names: Iterable[str] | None = None) -> list[InboxHealth]:
     result = []
     for name in wanted:
         pending, dead, age, throughput = found.get(name, (0, 0, 0.0, 0))
+        spec = inbox.registry.inboxes.get(name)
+        if spec is not None and getattr(spec, "model", None) is not None:
+            from pgmsg import model_inbox
+
+            # A model inbox's messages are its model's rows; its own rows here are failures.
+            pending, throughput = model_inbox.counts(spec)
+            age = 0.0
         reasons = []
         if pending >= settings.INBOX_DEGRADED_PENDING:
             reasons.append(f"{pending} pending (threshold {settings.INBOX_DEGRADED_PENDING})")

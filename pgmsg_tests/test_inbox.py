@@ -421,7 +421,8 @@ def test_json_health_endpoint_answers_200_or_503(client):
 
 @pytest.mark.parametrize("per_message", [False, True])
 def test_a_failing_message_does_not_undo_the_others_of_its_batch(settings, per_message):
-    settings.PGMSG = {**settings.PGMSG, "SAVEPOINT_PER_MESSAGE": per_message}
+    settings.PGMSG = {**settings.PGMSG, "SAVEPOINT_PER_MESSAGE": per_message,
+                      "RETRY_BACKOFF": 30.0, "RETRY_BACKOFF_MAX": 60.0}
     pgmsg.receive("test.inbox", "f-0", type="work", payload={})
     pgmsg.receive("test.inbox", "f-1", type="work", payload={"fail_times": 1})
     pgmsg.receive("test.inbox", "f-2", type="work", payload={})

@@ -13,6 +13,7 @@ import time
 from django.db import connection
 
 import pgmsg
+from pgmsg_tests.testapp.inbox_models import WebhookEvent
 from pgmsg_tests.testapp.models import Effect
 
 work = pgmsg.Inbox("test.inbox", max_attempts=3, priorities={"urgent": 0, "normal": 5})
@@ -69,6 +70,22 @@ def record_step(message: pgmsg.InboxMessage) -> None:
         if alone:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_unlock(4242, hashtext(%s))", [aggregate])
+
+
+webhooks = pgmsg.ModelInbox(
+    "test.webhooks", model=WebhookEvent, id_field="event_id", type_field="kind",
+    processed_field="processed_at", aggregate_field="account", max_attempts=2,
+)
+
+
+@webhooks.handler("charge", "refund")
+def record_webhook(message: pgmsg.InboxMessage) -> None:
+    event = message.payload  # the WebhookEvent row
+    _behave(type("Behave", (), {"payload": event.body, "attempts": message.attempts,
+                                "message_id": message.message_id})())
+    Effect.objects.create(channel="inbox:test.webhooks", key=message.message_id,
+                          listener=message.type, data={"pk": event.pk, "account": event.account},
+                          worker_pid=os.getpid())
 
 
 from pgmsg_tests.testapp import inbox_bench  # noqa: E402,F401  (bench/inbox.py's inboxes)

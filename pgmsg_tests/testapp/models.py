@@ -33,3 +33,6 @@ class Effect(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["channel", "key"])]
+
+
+from pgmsg_tests.testapp.inbox_models import WebhookEvent  # noqa: E402,F401

@@ -1,0 +1,17 @@
+"""A project's own table used as an inbox (pgmsg.ModelInbox) in the tests."""
+
+from django.db import models
+
+from pgmsg.model_inbox import wake_trigger
+
+
+class WebhookEvent(models.Model):
+    event_id = models.CharField(max_length=64, unique=True)
+    kind = models.CharField(max_length=40)
+    account = models.CharField(max_length=40, default="")
+    body = models.JSONField(default=dict)
+    processed_at = models.DateTimeField(null=True)
+
+    class Meta:
+        app_label = "testapp"
+        triggers = [wake_trigger("test.webhooks")]
