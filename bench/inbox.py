@@ -53,20 +53,29 @@ CREATE TABLE raw_inbox (
     UNIQUE (inbox, message_id));
 CREATE INDEX raw_inbox_pending ON raw_inbox (inbox, id) WHERE status = 'pending';
 """
-RAW_INSERT = ("INSERT INTO raw_inbox (inbox, message_id, type, payload) "
-              "VALUES ('raw', %s, 'tick', %s) ON CONFLICT DO NOTHING")
+RAW_INSERT = (
+    "INSERT INTO raw_inbox (inbox, message_id, type, payload) "
+    "VALUES ('raw', %s, 'tick', %s) ON CONFLICT DO NOTHING"
+)
 
 
 def raw_consume(url: str) -> None:
     with psycopg.connect(url) as conn:
         while True:
             with conn.transaction():
-                ids = [r[0] for r in conn.execute(
-                    "SELECT id FROM raw_inbox WHERE inbox = 'raw' AND status = 'pending' "
-                    "ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED").fetchall()]
+                ids = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT id FROM raw_inbox WHERE inbox = 'raw' AND status = 'pending' "
+                        "ORDER BY id LIMIT 100 FOR UPDATE SKIP LOCKED"
+                    ).fetchall()
+                ]
                 if ids:
-                    conn.execute("UPDATE raw_inbox SET status = 'processed', processed_at = now() "
-                                 "WHERE id = ANY(%s)", [ids])
+                    conn.execute(
+                        "UPDATE raw_inbox SET status = 'processed', processed_at = now() "
+                        "WHERE id = ANY(%s)",
+                        [ids],
+                    )
             if not ids:
                 return
 
@@ -79,31 +88,43 @@ def raw_ceiling(url: str, n: int, n_single: int) -> list[tuple[str, float]]:
         t = time.perf_counter()
         for i in range(n_single):
             conn.execute(RAW_INSERT, [f"s-{i}", payload])
-        out.append((f"raw INSERT ON CONFLICT, 1 row/tx, new ids (N={n_single})",
-                    n_single / (time.perf_counter() - t)))
+        out.append(
+            (
+                f"raw INSERT ON CONFLICT, 1 row/tx, new ids (N={n_single})",
+                n_single / (time.perf_counter() - t),
+            )
+        )
         for label, ids in (("new ids", range(n)), ("half duplicates", range(n // 2, n + n // 2))):
             ids = list(ids)
             t = time.perf_counter()
             for start in range(0, n, 1000):
                 with conn.transaction(), conn.cursor() as cur:
-                    cur.executemany(RAW_INSERT, [[f"m-{i}", payload]
-                                                 for i in ids[start:start + 1000]])
-            out.append((f"raw INSERT ON CONFLICT, 1000 rows/tx, {label} (N={n})",
-                        n / (time.perf_counter() - t)))
+                    cur.executemany(
+                        RAW_INSERT, [[f"m-{i}", payload] for i in ids[start : start + 1000]]
+                    )
+            out.append(
+                (
+                    f"raw INSERT ON CONFLICT, 1000 rows/tx, {label} (N={n})",
+                    n / (time.perf_counter() - t),
+                )
+            )
     for consumers in (1, 2):
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("UPDATE raw_inbox SET status = 'pending', processed_at = NULL")
             conn.execute("VACUUM ANALYZE raw_inbox")
             count = conn.execute("SELECT count(*) FROM raw_inbox").fetchone()[0]
-        procs = [multiprocessing.Process(target=raw_consume, args=(url,))
-                 for _ in range(consumers)]
+        procs = [multiprocessing.Process(target=raw_consume, args=(url,)) for _ in range(consumers)]
         t = time.perf_counter()
         for p in procs:
             p.start()
         for p in procs:
             p.join()
-        out.append((f"raw claim 100 SKIP LOCKED + UPDATE/tx, {consumers} consumer(s) "
-                    f"(N={count})", count / (time.perf_counter() - t)))
+        out.append(
+            (
+                f"raw claim 100 SKIP LOCKED + UPDATE/tx, {consumers} consumer(s) (N={count})",
+                count / (time.perf_counter() - t),
+            )
+        )
     return out
 
 
@@ -130,24 +151,46 @@ def receive_rates(n: int, n_single: int) -> list[tuple[str, float, str]]:
     t = time.perf_counter()
     for i in range(n_single):
         pgmsg.receive("bench.unordered", f"s-{i}", type="tick", payload={"seq": i})
-    out.append((f"pgmsg receive(), 1 msg/tx, new ids (N={n_single})",
-                n_single / (time.perf_counter() - t), ""))
+    out.append(
+        (
+            f"pgmsg receive(), 1 msg/tx, new ids (N={n_single})",
+            n_single / (time.perf_counter() - t),
+            "",
+        )
+    )
     t = time.perf_counter()
     for i in range(n_single):
         pgmsg.receive("bench.unordered", f"s-{i}", type="tick", payload={"seq": i})
-    out.append((f"pgmsg receive(), 1 msg/tx, all duplicates (N={n_single})",
-                n_single / (time.perf_counter() - t), ""))
+    out.append(
+        (
+            f"pgmsg receive(), 1 msg/tx, all duplicates (N={n_single})",
+            n_single / (time.perf_counter() - t),
+            "",
+        )
+    )
     for label, ids in (("new ids", range(n)), ("half duplicates", range(n // 2, n + n // 2))):
         ids = list(ids)
         stored = 0
         t = time.perf_counter()
         for start in range(0, n, 1000):
             with transaction.atomic():
-                stored += sum(r.stored for r in pgmsg.receive_many("bench.unordered", [
-                    {"message_id": f"m-{i}", "type": "tick", "payload": {"seq": i}}
-                    for i in ids[start:start + 1000]]))
-        out.append((f"pgmsg receive_many(), 1000 msgs/tx, {label} (N={n})",
-                    n / (time.perf_counter() - t), f"{stored} stored"))
+                stored += sum(
+                    r.stored
+                    for r in pgmsg.receive_many(
+                        "bench.unordered",
+                        [
+                            {"message_id": f"m-{i}", "type": "tick", "payload": {"seq": i}}
+                            for i in ids[start : start + 1000]
+                        ],
+                    )
+                )
+        out.append(
+            (
+                f"pgmsg receive_many(), 1000 msgs/tx, {label} (N={n})",
+                n / (time.perf_counter() - t),
+                f"{stored} stored",
+            )
+        )
     with connection.cursor() as cur:
         cur.execute("TRUNCATE pgmsg_inbox_message")
     return out
@@ -157,13 +200,16 @@ def listening(url: str) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
         return conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND query = 'LISTEN \"pgmsg\"'").fetchone()[0]
+            "AND query = 'LISTEN \"pgmsg\"'"
+        ).fetchone()[0]
 
 
 def not_processed(url: str, inbox: str) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
-        return conn.execute("SELECT count(*) FROM pgmsg_inbox_message WHERE inbox = %s "
-                            "AND status <> 'processed'", [inbox]).fetchone()[0]
+        return conn.execute(
+            "SELECT count(*) FROM pgmsg_inbox_message WHERE inbox = %s AND status <> 'processed'",
+            [inbox],
+        ).fetchone()[0]
 
 
 def processing(url: str, n: int, inbox: str, workers: int) -> tuple[str, float, str]:
@@ -172,8 +218,14 @@ def processing(url: str, n: int, inbox: str, workers: int) -> tuple[str, float, 
     import pgmsg
 
     env = dict(os.environ, DATABASE_URL=url, DJANGO_SETTINGS_MODULE=SETTINGS)
-    procs = [subprocess.Popen([sys.executable, "-m", "django", "listen", "--inbox", inbox,
-                               "-v", "0"], cwd=ROOT, env=env) for _ in range(workers)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "django", "listen", "--inbox", inbox, "-v", "0"],
+            cwd=ROOT,
+            env=env,
+        )
+        for _ in range(workers)
+    ]
     try:
         deadline = time.time() + 60
         while listening(url) < workers:
@@ -182,10 +234,18 @@ def processing(url: str, n: int, inbox: str, workers: int) -> tuple[str, float, 
             time.sleep(0.05)
         ordered = inbox == "bench.ordered"
         with transaction.atomic():  # one commit, one NOTIFY
-            pgmsg.receive_many(inbox, [
-                {"message_id": f"p-{i}", "type": "tick", "payload": {"seq": i},
-                 "aggregate_id": f"agg-{i % 100}" if ordered else None}
-                for i in range(n)])
+            pgmsg.receive_many(
+                inbox,
+                [
+                    {
+                        "message_id": f"p-{i}",
+                        "type": "tick",
+                        "payload": {"seq": i},
+                        "aggregate_id": f"agg-{i % 100}" if ordered else None,
+                    }
+                    for i in range(n)
+                ],
+            )
         t = time.perf_counter()
         while not_processed(url, inbox):
             time.sleep(0.02)
@@ -196,8 +256,11 @@ def processing(url: str, n: int, inbox: str, workers: int) -> tuple[str, float, 
         for p in procs:
             p.wait(timeout=60)
     with connection.cursor() as cur:
-        cur.execute("SELECT count(*), count(*) FILTER (WHERE attempts = 0 AND processed_at IS NOT "
-                    "NULL) FROM pgmsg_inbox_message WHERE inbox = %s", [inbox])
+        cur.execute(
+            "SELECT count(*), count(*) FILTER (WHERE attempts = 0 AND processed_at IS NOT "
+            "NULL) FROM pgmsg_inbox_message WHERE inbox = %s",
+            [inbox],
+        )
         total, clean = cur.fetchone()
         cur.execute("TRUNCATE pgmsg_inbox_message")
     check = "all processed once" if total == clean == n else f"CHECK FAILED: {total}/{clean}"
@@ -208,15 +271,21 @@ def processing(url: str, n: int, inbox: str, workers: int) -> tuple[str, float, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=10_000)
-    parser.add_argument("--single-n", type=int, default=2_000,
-                        help="messages for the one-per-transaction rows (they are slow)")
+    parser.add_argument(
+        "--single-n",
+        type=int,
+        default=2_000,
+        help="messages for the one-per-transaction rows (they are slow)",
+    )
     args = parser.parse_args()
 
     url = scratch_url()
     with psycopg.connect(url) as conn:
         server = conn.execute("SHOW server_version").fetchone()[0]
-    print(f"pgmsg inbox benchmark  N={args.n}  PostgreSQL {server}  {os.cpu_count()} cores  "
-          f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}")
+    print(
+        f"pgmsg inbox benchmark  N={args.n}  PostgreSQL {server}  {os.cpu_count()} cores  "
+        f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}"
+    )
     rows: list[tuple[str, float, str]] = []
     rows += [(name, rate, "") for name, rate in raw_ceiling(url, args.n, args.single_n)]
     django_setup(url)

@@ -67,13 +67,20 @@ def health(names: Iterable[str] | None = None) -> list[InboxHealth]:
         if dead >= settings.INBOX_DEGRADED_DEAD:
             reasons.append(f"{dead} dead (threshold {settings.INBOX_DEGRADED_DEAD})")
         if age >= settings.INBOX_DEGRADED_AGE:
-            reasons.append(f"oldest pending is {age:.0f}s old "
-                           f"(threshold {settings.INBOX_DEGRADED_AGE:g}s)")
-        result.append(InboxHealth(
-            inbox=name, pending=pending, dead=dead, oldest_pending_age=age,
-            processed_last_minute=throughput, status=DEGRADED if reasons else HEALTHY,
-            reasons=tuple(reasons),
-        ))
+            reasons.append(
+                f"oldest pending is {age:.0f}s old (threshold {settings.INBOX_DEGRADED_AGE:g}s)"
+            )
+        result.append(
+            InboxHealth(
+                inbox=name,
+                pending=pending,
+                dead=dead,
+                oldest_pending_age=age,
+                processed_last_minute=throughput,
+                status=DEGRADED if reasons else HEALTHY,
+                reasons=tuple(reasons),
+            )
+        )
     return result
 
 
@@ -138,8 +145,9 @@ def replay(name: str, ids: Iterable[int] | None = None, *, type: str | None = No
     return count
 
 
-def discard(name: str, ids: Iterable[int] | None = None, *, type: str | None = None,
-            reason: str) -> int:
+def discard(
+    name: str, ids: Iterable[int] | None = None, *, type: str | None = None, reason: str
+) -> int:
     """Settle dead or pending messages without handling them, keeping ``reason``.
 
     A discarded head of an ordered aggregate lets the messages behind it proceed.
@@ -149,8 +157,9 @@ def discard(name: str, ids: Iterable[int] | None = None, *, type: str | None = N
     id_list, type_ = _selection(name, ids, type)
     with transaction.atomic(using=conf.get().DATABASE):
         with connections[conf.get().DATABASE].cursor() as cursor:
-            cursor.execute(_SQL["discard"], {"inbox": name, "ids": id_list, "type": type_,
-                                             "reason": reason})
+            cursor.execute(
+                _SQL["discard"], {"inbox": name, "ids": id_list, "type": type_, "reason": reason}
+            )
             count = cursor.fetchone()[0]
     logger.info("pgmsg: discarded %s message(s) of inbox %r: %s", count, name, reason)
     return count
@@ -164,18 +173,27 @@ def purge(names: Iterable[str] | None = None, *, chunks: int | None = None) -> d
     Returns the counts deleted, as {"processed": n, "dead": m}.
     """
     wanted = _names(names)
-    ordered = [n for n in wanted if n in inbox.registry.inboxes
-               and inbox.registry.inboxes[n].ordered]
+    ordered = [
+        n for n in wanted if n in inbox.registry.inboxes and inbox.registry.inboxes[n].ordered
+    ]
     settings = conf.get()
     deleted = {"processed": 0, "dead": 0}
-    for kind, seconds in (("processed", settings.INBOX_RETENTION),
-                          ("dead", settings.INBOX_DEAD_RETENTION)):
+    for kind, seconds in (
+        ("processed", settings.INBOX_RETENTION),
+        ("dead", settings.INBOX_DEAD_RETENTION),
+    ):
         done = 0
         while chunks is None or done < chunks:
             with connections[settings.DATABASE].cursor() as cursor:
-                cursor.execute(_SQL[f"purge_{kind}"], {
-                    "inboxes": wanted, "ordered": ordered, "seconds": seconds,
-                    "limit": PURGE_CHUNK})
+                cursor.execute(
+                    _SQL[f"purge_{kind}"],
+                    {
+                        "inboxes": wanted,
+                        "ordered": ordered,
+                        "seconds": seconds,
+                        "limit": PURGE_CHUNK,
+                    },
+                )
                 count = cursor.rowcount
             deleted[kind] += count
             done += 1

@@ -10,7 +10,7 @@ import pgtrigger
 from django.db import connections, models, transaction
 from psycopg import sql as pgsql
 
-from pgmsg import channels, conf, errors, inbox
+from pgmsg import channels, conf, errors, inbox, inbox_worker
 from pgmsg import worker as wk
 
 
@@ -27,7 +27,7 @@ def wake_trigger(inbox_name: str, *, name: str = "pgmsg_inbox_wake") -> pgtrigge
         when=pgtrigger.After,
         operation=pgtrigger.Insert,
         func=f"PERFORM pg_notify('{channels.WAKE_CHANNEL}', '{inbox.WAKE_PREFIX}{inbox_name}'); "
-             "RETURN NULL;",
+        "RETURN NULL;",
     )
 
 
@@ -56,21 +56,27 @@ class ModelInbox(inbox.Inbox):
     def __post_init__(self) -> None:
         label = f"model inbox {self.name!r}"
         if not (isinstance(self.model, type) and issubclass(self.model, models.Model)):
-            raise errors.ConfigurationError(f"{label}: model must be a Django model class, "
-                                            f"got {self.model!r}")
+            raise errors.ConfigurationError(
+                f"{label}: model must be a Django model class, got {self.model!r}"
+            )
         if self.ordered or self.priorities:
             raise errors.ConfigurationError(f"{label}: ordered and priorities are not supported")
         key = self._field("id_field", self.id_field)
         if not (key.primary_key or key.unique):
             raise errors.ConfigurationError(
-                f"{label}: id_field {self.id_field!r} must be unique (it is the idempotency key)")
+                f"{label}: id_field {self.id_field!r} must be unique (it is the idempotency key)"
+            )
         self._field("type_field", self.type_field)
         mark = self._field("processed_field", self.processed_field)
-        if not (isinstance(mark, models.DateTimeField) and mark.null
-                or isinstance(mark, models.BooleanField)):
+        if not (
+            isinstance(mark, models.DateTimeField)
+            and mark.null
+            or isinstance(mark, models.BooleanField)
+        ):
             raise errors.ConfigurationError(
                 f"{label}: processed_field {self.processed_field!r} must be a nullable "
-                "DateTimeField or a BooleanField")
+                "DateTimeField or a BooleanField"
+            )
         if self.aggregate_field is not None:
             self._field("aggregate_field", self.aggregate_field)
         super().__post_init__()
@@ -81,7 +87,8 @@ class ModelInbox(inbox.Inbox):
         except Exception:
             raise errors.ConfigurationError(
                 f"model inbox {self.name!r}: {option} {name!r} is not a field of "
-                f"{self.model._meta.label}") from None
+                f"{self.model._meta.label}"
+            ) from None
 
     def __hash__(self) -> int:
         return hash(self.name)
@@ -90,7 +97,7 @@ class ModelInbox(inbox.Inbox):
         return ModelInboxSource(self, partition)
 
 
-class ModelInboxSource(inbox.InboxSource):
+class ModelInboxSource(inbox_worker.InboxSource):
     """Drains a model inbox: unprocessed rows without a dead, discarded or backing-off record."""
 
     def __init__(self, spec: ModelInbox, partition: tuple[int, int] | None = None) -> None:
@@ -110,49 +117,87 @@ class ModelInboxSource(inbox.InboxSource):
         failed: list[tuple] = []
         with transaction.atomic(using=db), connections[db].cursor() as cursor:
             q = self._queries(db)
-            cursor.execute(q["claim"], {"inbox": spec.name, "limit": worker.batch_size,
-                                        "part": self.part, "parts": self.parts})
+            cursor.execute(
+                q["claim"],
+                {
+                    "inbox": spec.name,
+                    "limit": worker.batch_size,
+                    "part": self.part,
+                    "parts": self.parts,
+                },
+            )
             claimed = cursor.fetchall()
             attempts = dict(claimed)
             records = spec.model._default_manager.using(db).in_bulk(list(attempts))
             rows = []
             for pk in attempts:  # claim order
                 record = records[pk]
-                aggregate = (None if spec.aggregate_field is None
-                             else str(getattr(record, spec.aggregate_field)))
-                rows.append((pk, str(getattr(record, spec.id_field)),
-                             str(getattr(record, spec.type_field)), "", aggregate, record, "",
-                             attempts[pk], None))
+                aggregate = (
+                    None
+                    if spec.aggregate_field is None
+                    else str(getattr(record, spec.aggregate_field))
+                )
+                rows.append(
+                    (
+                        pk,
+                        str(getattr(record, spec.id_field)),
+                        str(getattr(record, spec.type_field)),
+                        "",
+                        aggregate,
+                        record,
+                        "",
+                        attempts[pk],
+                        None,
+                    )
+                )
             self._run(worker, rows, done, failed, ordered=False)
             by_pk = {row[0]: row for row in rows}
             if done:
                 cursor.execute(q["ack"], {"pks": done})
-                cursor.execute(_ACK_RECORDS, {"inbox": spec.name,
-                                              "message_ids": [by_pk[pk][1] for pk in done]})
+                cursor.execute(
+                    _ACK_RECORDS, {"inbox": spec.name, "message_ids": [by_pk[pk][1] for pk in done]}
+                )
             if failed:
                 pks, errs, delays, dead = zip(*failed, strict=True)
-                cursor.execute(_RECORD_FAILURES, {
-                    "inbox": spec.name, "message_ids": [by_pk[pk][1] for pk in pks],
-                    "types": [by_pk[pk][2] for pk in pks],
-                    "aggregates": [by_pk[pk][4] for pk in pks],
-                    "refs": [json.dumps({"model": spec.model._meta.label, "pk": str(pk)})
-                             for pk in pks],
-                    "errors": list(errs), "delays": list(delays), "dead": list(dead)})
+                cursor.execute(
+                    _RECORD_FAILURES,
+                    {
+                        "inbox": spec.name,
+                        "message_ids": [by_pk[pk][1] for pk in pks],
+                        "types": [by_pk[pk][2] for pk in pks],
+                        "aggregates": [by_pk[pk][4] for pk in pks],
+                        "refs": [
+                            json.dumps({"model": spec.model._meta.label, "pk": str(pk)})
+                            for pk in pks
+                        ],
+                        "errors": list(errs),
+                        "delays": list(delays),
+                        "dead": list(dead),
+                    },
+                )
         worker.handled += len(done)
         return len(claimed)
 
     def _message(self, row: tuple) -> inbox.InboxMessage:
         pk, message_id, type_, source, aggregate_id, record, trace_id, attempts, _ = row
         return inbox.InboxMessage(
-            id=pk, inbox=self.inbox.name, message_id=message_id, type=type_, source=source,
-            aggregate_id=aggregate_id, payload=record, trace_id=trace_id, attempts=attempts,
+            id=pk,
+            inbox=self.inbox.name,
+            message_id=message_id,
+            type=type_,
+            source=source,
+            aggregate_id=aggregate_id,
+            payload=record,
+            trace_id=trace_id,
+            attempts=attempts,
             received_at=None,
         )
 
     def seconds_until_due(self, worker: wk.Worker) -> float | None:
         with connections[worker.database].cursor() as cursor:
-            cursor.execute(self._queries(worker.database)["seconds_until_due"],
-                           {"inbox": self.inbox.name})
+            cursor.execute(
+                self._queries(worker.database)["seconds_until_due"], {"inbox": self.inbox.name}
+            )
             return cursor.fetchone()[0]
 
 
@@ -200,9 +245,11 @@ def build_queries(spec: ModelInbox, connection) -> dict[str, str]:
         aggregate = ident(meta.get_field(spec.aggregate_field).column)
         hashed = f"coalesce(t.{aggregate}::text, {hashed})"
     # Not claimable: dead, discarded, or backing off after a failure.
-    settled = (f"f.inbox = %(inbox)s AND f.message_id = t.{key}::text "
-               "AND (f.status IN ('dead', 'discarded') "
-               "OR (f.status = 'pending' AND f.available_at > now()))")
+    settled = (
+        f"f.inbox = %(inbox)s AND f.message_id = t.{key}::text "
+        "AND (f.status IN ('dead', 'discarded') "
+        "OR (f.status = 'pending' AND f.available_at > now()))"
+    )
     return {
         # Due unprocessed rows in primary-key order; rows another worker holds are skipped.
         "claim": f"""
@@ -226,7 +273,9 @@ def build_queries(spec: ModelInbox, connection) -> dict[str, str]:
                                 AND f.status IN ('dead', 'discarded'))""",
         "processed_last_minute": (
             f"SELECT count(*) FROM {table} AS t WHERE t.{mark} >= now() - interval '1 minute'"
-            if set_mark == "now()" else "SELECT 0"),
+            if set_mark == "now()"
+            else "SELECT 0"
+        ),
         "seconds_until_due": """
             SELECT EXTRACT(EPOCH FROM min(available_at) - now())::float8
             FROM pgmsg_inbox_message

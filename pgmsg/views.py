@@ -20,7 +20,9 @@ def inbox_health(request: HttpRequest, name: str | None = None) -> JsonResponse:
         raise Http404(str(exc))
     degraded = any(h.status == inbox_ops.DEGRADED for h in rows)
     return JsonResponse(
-        {"status": inbox_ops.DEGRADED if degraded else inbox_ops.HEALTHY,
-         "inboxes": {h.inbox: h.as_dict() for h in rows}},
+        {
+            "status": inbox_ops.DEGRADED if degraded else inbox_ops.HEALTHY,
+            "inboxes": {h.inbox: h.as_dict() for h in rows},
+        },
         status=503 if degraded else 200,
     )

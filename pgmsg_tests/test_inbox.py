@@ -23,8 +23,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def drain(*inboxes: str, batch_size: int | None = None, partition=None) -> Worker:
-    worker = Worker(inboxes=list(inboxes) or ["test.inbox"], until_idle=True,
-                    install_signal_handlers=False, batch_size=batch_size, partition=partition)
+    worker = Worker(
+        inboxes=list(inboxes) or ["test.inbox"],
+        until_idle=True,
+        install_signal_handlers=False,
+        batch_size=batch_size,
+        partition=partition,
+    )
     worker.run()
     return worker
 
@@ -53,30 +58,46 @@ def test_bad_inbox_names_are_refused_with_the_name_quoted(name):
 def test_an_inbox_redeclared_with_other_options_is_refused():
     with pytest.raises(errors.InboxAlreadyDeclared, match="test.inbox"):
         pgmsg.Inbox("test.inbox", ordered=True)
-    assert pgmsg.Inbox("test.inbox", max_attempts=3,
-                       priorities={"urgent": 0, "normal": 5}) == registry.get("test.inbox")
+    assert pgmsg.Inbox(
+        "test.inbox", max_attempts=3, priorities={"urgent": 0, "normal": 5}
+    ) == registry.get("test.inbox")
 
 
-@pytest.mark.parametrize("options, complaint", [
-    ({"max_attempts": 0}, "max_attempts"),
-    ({"priorities": {"a": "high"}}, "priority of 'a'"),
-    ({"priorities": {"a": 2**40}}, "priority of 'a'"),
-    ({"ordered": "yes"}, "ordered"),
-])
+@pytest.mark.parametrize(
+    "options, complaint",
+    [
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"priorities": {"a": "high"}}, "priority of 'a'"),
+        ({"priorities": {"a": 2**40}}, "priority of 'a'"),
+        ({"ordered": "yes"}, "ordered"),
+    ],
+)
 def test_bad_inbox_options_are_refused(options, complaint):
     with pytest.raises(errors.ConfigurationError, match=complaint):
         pgmsg.Inbox("test.bad-options", **options)
 
 
 def test_receive_stores_once_and_reports_the_duplicate():
-    first = pgmsg.receive("test.inbox", "m-1", type="work", payload={"a": 1}, source="webhook",
-                          aggregate_id=7, trace_id="t-1")
+    first = pgmsg.receive(
+        "test.inbox",
+        "m-1",
+        type="work",
+        payload={"a": 1},
+        source="webhook",
+        aggregate_id=7,
+        trace_id="t-1",
+    )
     again = pgmsg.receive("test.inbox", "m-1", type="work", payload={"a": 2})
     assert first.stored and first.id and not first.duplicate
     assert again.duplicate and again.id is None
     row = status_of("m-1")
     assert (row.payload, row.source, row.aggregate_id, row.trace_id, row.status) == (
-        {"a": 1}, "webhook", "7", "t-1", "pending")
+        {"a": 1},
+        "webhook",
+        "7",
+        "t-1",
+        "pending",
+    )
 
 
 def test_the_same_message_id_in_two_inboxes_is_two_messages():
@@ -86,12 +107,15 @@ def test_the_same_message_id_in_two_inboxes_is_two_messages():
 
 def test_receive_many_reports_each_message_and_dedups_within_the_batch():
     pgmsg.receive("test.inbox", "b-0", type="work", payload={})
-    results = pgmsg.receive_many("test.inbox", [
-        {"message_id": "b-0", "type": "work", "payload": {}},
-        {"message_id": "b-1", "type": "work", "payload": {"n": 1}},
-        {"message_id": "b-1", "type": "work", "payload": {"n": 2}},
-        {"message_id": "b-2", "type": "low", "payload": [1, 2], "aggregate_id": "x"},
-    ])
+    results = pgmsg.receive_many(
+        "test.inbox",
+        [
+            {"message_id": "b-0", "type": "work", "payload": {}},
+            {"message_id": "b-1", "type": "work", "payload": {"n": 1}},
+            {"message_id": "b-1", "type": "work", "payload": {"n": 2}},
+            {"message_id": "b-2", "type": "low", "payload": [1, 2], "aggregate_id": "x"},
+        ],
+    )
     assert [r.stored for r in results] == [False, True, False, True]
     assert InboxMessage.objects.get(message_id="b-1").payload == {"n": 1}
 
@@ -103,14 +127,17 @@ def test_a_rolled_back_receive_stores_nothing():
     assert not InboxMessage.objects.filter(message_id="rolled-back").exists()
 
 
-@pytest.mark.parametrize("kwargs, complaint", [
-    ({"message_id": ""}, "message_id must be a non-empty string"),
-    ({"type": None}, "type must be a non-empty string"),
-    ({"payload": {"x": object()}}, "not JSON-serialisable"),
-    ({"payload": float("nan")}, "not JSON-serialisable"),
-    ({"aggregate_id": ""}, "aggregate_id"),
-    ({"trace_id": 5}, "trace_id must be a string"),
-])
+@pytest.mark.parametrize(
+    "kwargs, complaint",
+    [
+        ({"message_id": ""}, "message_id must be a non-empty string"),
+        ({"type": None}, "type must be a non-empty string"),
+        ({"payload": {"x": object()}}, "not JSON-serialisable"),
+        ({"payload": float("nan")}, "not JSON-serialisable"),
+        ({"aggregate_id": ""}, "aggregate_id"),
+        ({"trace_id": 5}, "trace_id must be a string"),
+    ],
+)
 def test_bad_messages_get_precise_errors(kwargs, complaint):
     args = {"message_id": "m", "type": "work", "payload": {}, **kwargs}
     with pytest.raises(errors.InvalidMessage, match=complaint):
@@ -127,8 +154,10 @@ def test_sql_producers_insert_with_on_conflict_and_the_trigger_notifies():
     try:
         listener.execute("LISTEN pgmsg")
         with connection.cursor() as cursor:
-            sql = ("INSERT INTO pgmsg_inbox_message (inbox, message_id, type, payload) "
-                   "VALUES (%s, %s, %s, %s::jsonb) ON CONFLICT DO NOTHING")
+            sql = (
+                "INSERT INTO pgmsg_inbox_message (inbox, message_id, type, payload) "
+                "VALUES (%s, %s, %s, %s::jsonb) ON CONFLICT DO NOTHING"
+            )
             cursor.execute(sql, ["test.inbox", "sql-1", "work", '{"from": "sql"}'])
             cursor.execute(sql, ["test.inbox", "sql-1", "work", '{"from": "again"}'])
             assert cursor.rowcount == 0
@@ -149,12 +178,24 @@ def test_sql_producers_insert_with_on_conflict_and_the_trigger_notifies():
 
 
 def test_handlers_get_the_message_and_commit_with_the_processed_mark():
-    pgmsg.receive("test.inbox", "h-1", type="work", payload={"k": [1, "two"]}, source="svc",
-                  aggregate_id="a1", trace_id="trace")
+    pgmsg.receive(
+        "test.inbox",
+        "h-1",
+        type="work",
+        payload={"k": [1, "two"]},
+        source="svc",
+        aggregate_id="a1",
+        trace_id="trace",
+    )
     assert drain().handled == 1
     effect = Effect.objects.get(key="h-1")
-    assert effect.data == {"aggregate": "a1", "attempts": 0, "trace_id": "trace",
-                           "source": "svc", "payload": {"k": [1, "two"]}}
+    assert effect.data == {
+        "aggregate": "a1",
+        "attempts": 0,
+        "trace_id": "trace",
+        "source": "svc",
+        "payload": {"k": [1, "two"]},
+    }
     row = status_of("h-1")
     assert (row.status, row.attempts) == ("processed", 0) and row.processed_at
 
@@ -222,8 +263,12 @@ def test_an_unknown_type_is_dead_at_once_with_the_reason():
 
 def test_dead_letters_replay_by_id_and_by_type():
     for i in range(3):
-        pgmsg.receive("test.inbox", f"d-{i}", type="work" if i < 2 else "low",
-                      payload={"fail_unless_fixed": True})
+        pgmsg.receive(
+            "test.inbox",
+            f"d-{i}",
+            type="work" if i < 2 else "low",
+            payload={"fail_unless_fixed": True},
+        )
     for _ in range(3):
         drain()
         make_due_now()
@@ -254,10 +299,16 @@ def test_discard_keeps_the_reason_and_needs_one():
 
 def test_ordered_inbox_a_dead_head_holds_its_aggregate_back_and_is_reported():
     for seq in range(3):
-        pgmsg.receive("test.ordered", f"a-{seq}", type="step", aggregate_id="A",
-                      payload={"seq": seq, "fail_unless_fixed": seq == 0})
-        pgmsg.receive("test.ordered", f"b-{seq}", type="step", aggregate_id="B",
-                      payload={"seq": seq})
+        pgmsg.receive(
+            "test.ordered",
+            f"a-{seq}",
+            type="step",
+            aggregate_id="A",
+            payload={"seq": seq, "fail_unless_fixed": seq == 0},
+        )
+        pgmsg.receive(
+            "test.ordered", f"b-{seq}", type="step", aggregate_id="B", payload={"seq": seq}
+        )
     for _ in range(2):  # max_attempts=2
         drain("test.ordered")
         make_due_now()
@@ -266,7 +317,12 @@ def test_ordered_inbox_a_dead_head_holds_its_aggregate_back_and_is_reported():
     assert head.status == "dead"
     [gap] = inbox_ops.gaps("test.ordered")
     assert (gap.aggregate_id, gap.head_id, gap.status, gap.attempts, gap.waiting) == (
-        "A", head.id, "dead", 2, 2)
+        "A",
+        head.id,
+        "dead",
+        2,
+        2,
+    )
     # The rest stays pending behind it, however often a worker looks.
     drain("test.ordered")
     assert status_of("a-1", "test.ordered").status == "pending"
@@ -279,24 +335,33 @@ def test_ordered_inbox_a_dead_head_holds_its_aggregate_back_and_is_reported():
 
 def test_ordered_inbox_a_replayed_head_runs_before_the_messages_behind_it():
     for seq in range(3):
-        pgmsg.receive("test.ordered", f"c-{seq}", type="step", aggregate_id="C",
-                      payload={"seq": seq, "fail_unless_fixed": seq == 0})
+        pgmsg.receive(
+            "test.ordered",
+            f"c-{seq}",
+            type="step",
+            aggregate_id="C",
+            payload={"seq": seq, "fail_unless_fixed": seq == 0},
+        )
     for _ in range(2):
         drain("test.ordered")
         make_due_now()
     Effect.objects.create(key="fixed:c-0")
     inbox_ops.replay("test.ordered", type="step")
     drain("test.ordered")
-    keys = list(Effect.objects.filter(channel="inbox:test.ordered").order_by("id")
-                .values_list("key", flat=True))
+    keys = list(
+        Effect.objects.filter(channel="inbox:test.ordered")
+        .order_by("id")
+        .values_list("key", flat=True)
+    )
     assert keys == ["C:0", "C:1", "C:2"]
 
 
 def test_ordered_inbox_skips_an_aggregate_another_session_holds():
     for agg in ("held", "free"):
         for seq in range(2):
-            pgmsg.receive("test.ordered", f"{agg}-{seq}", type="step", aggregate_id=agg,
-                          payload={"seq": seq})
+            pgmsg.receive(
+                "test.ordered", f"{agg}-{seq}", type="step", aggregate_id=agg, payload={"seq": seq}
+            )
     other = psycopg.connect(database_url(connection.settings_dict), autocommit=True)
     try:
         # What a worker busy with aggregate "held" holds for the length of its transaction.
@@ -322,7 +387,9 @@ def _age(message_id: str, hours: float, column: str, inbox: str = "test.inbox") 
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE pgmsg_inbox_message SET {column} = now() - make_interval(hours => %s) "
-            "WHERE inbox = %s AND message_id = %s", [hours, inbox, message_id])
+            "WHERE inbox = %s AND message_id = %s",
+            [hours, inbox, message_id],
+        )
 
 
 def test_retention_deletes_old_processed_and_older_dead_but_keeps_blocking_heads():
@@ -343,7 +410,11 @@ def test_retention_deletes_old_processed_and_older_dead_but_keeps_blocking_heads
     _age("blocker", 24 * 30, "last_failed_at", "test.ordered")
     assert inbox_ops.purge() == {"processed": 1, "dead": 1}
     assert set(InboxMessage.objects.values_list("message_id", flat=True)) == {
-        "ret-new", "ret-new-dead", "blocker", "behind"}
+        "ret-new",
+        "ret-new-dead",
+        "blocker",
+        "behind",
+    }
 
 
 def test_the_worker_runs_retention_itself():
@@ -399,8 +470,16 @@ def test_command_health_json_and_human_and_operations():
     out = StringIO()
     call_command("pgmsg_inbox", "stats", "test.inbox", stdout=out)
     assert "nope" in out.getvalue()
-    call_command("pgmsg_inbox", "discard", "test.inbox", "--type", "nope", "--reason", "spam",
-                 stdout=StringIO())
+    call_command(
+        "pgmsg_inbox",
+        "discard",
+        "test.inbox",
+        "--type",
+        "nope",
+        "--reason",
+        "spam",
+        stdout=StringIO(),
+    )
     assert status_of("cmd-1").discard_reason == "spam"
     call_command("pgmsg_inbox", "purge", stdout=StringIO())
 
@@ -421,13 +500,18 @@ def test_json_health_endpoint_answers_200_or_503(client):
 
 @pytest.mark.parametrize("per_message", [False, True])
 def test_a_failing_message_does_not_undo_the_others_of_its_batch(settings, per_message):
-    settings.PGMSG = {**settings.PGMSG, "SAVEPOINT_PER_MESSAGE": per_message,
-                      "RETRY_BACKOFF": 30.0, "RETRY_BACKOFF_MAX": 60.0}
+    settings.PGMSG = {
+        **settings.PGMSG,
+        "SAVEPOINT_PER_MESSAGE": per_message,
+        "RETRY_BACKOFF": 30.0,
+        "RETRY_BACKOFF_MAX": 60.0,
+    }
     pgmsg.receive("test.inbox", "f-0", type="work", payload={})
     pgmsg.receive("test.inbox", "f-1", type="work", payload={"fail_times": 1})
     pgmsg.receive("test.inbox", "f-2", type="work", payload={})
-    pgmsg.receive("test.ordered", "g-0", type="step", aggregate_id="G",
-                  payload={"seq": 0, "fail_times": 1})
+    pgmsg.receive(
+        "test.ordered", "g-0", type="step", aggregate_id="G", payload={"seq": 0, "fail_times": 1}
+    )
     pgmsg.receive("test.ordered", "g-1", type="step", aggregate_id="G", payload={"seq": 1})
     pgmsg.receive("test.ordered", "h-0", type="step", aggregate_id="H", payload={"seq": 0})
     drain("test.inbox", "test.ordered")
@@ -441,8 +525,13 @@ def test_a_failing_message_does_not_undo_the_others_of_its_batch(settings, per_m
 
 
 def test_command_gaps_and_replay():
-    pgmsg.receive("test.ordered", "q-0", type="step", aggregate_id="Q",
-                  payload={"seq": 0, "fail_unless_fixed": True})
+    pgmsg.receive(
+        "test.ordered",
+        "q-0",
+        type="step",
+        aggregate_id="Q",
+        payload={"seq": 0, "fail_unless_fixed": True},
+    )
     pgmsg.receive("test.ordered", "q-1", type="step", aggregate_id="Q", payload={"seq": 1})
     for _ in range(2):
         drain("test.ordered")
@@ -482,9 +571,18 @@ def test_admin_replay_and_discard_need_their_own_permissions(client):
 
 
 def test_ordered_inbox_with_more_aggregates_than_a_batch_takes_drains_them_all():
-    pgmsg.receive_many("test.ordered", [
-        {"message_id": f"many-{i}", "type": "step", "aggregate_id": f"m{i}", "payload": {"seq": 0}}
-        for i in range(30)])
+    pgmsg.receive_many(
+        "test.ordered",
+        [
+            {
+                "message_id": f"many-{i}",
+                "type": "step",
+                "aggregate_id": f"m{i}",
+                "payload": {"seq": 0},
+            }
+            for i in range(30)
+        ],
+    )
     drain("test.ordered", batch_size=4)
     assert InboxMessage.objects.filter(status="processed").count() == 30
 

@@ -16,8 +16,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def drain(partition=None) -> Worker:
-    worker = Worker(inboxes=["test.webhooks"], until_idle=True, install_signal_handlers=False,
-                    partition=partition)
+    worker = Worker(
+        inboxes=["test.webhooks"],
+        until_idle=True,
+        install_signal_handlers=False,
+        partition=partition,
+    )
     worker.run()
     return worker
 
@@ -33,16 +37,24 @@ def make_due_now() -> None:
     InboxMessage.objects.filter(status="pending").update(available_at=Now())
 
 
-@pytest.mark.parametrize("options, complaint", [
-    ({"model": object}, "must be a Django model"),
-    ({"id_field": "kind"}, "must be unique"),
-    ({"id_field": "nope"}, "'nope' is not a field"),
-    ({"processed_field": "kind"}, "nullable DateTimeField or a BooleanField"),
-    ({"ordered": True}, "not supported"),
-])
+@pytest.mark.parametrize(
+    "options, complaint",
+    [
+        ({"model": object}, "must be a Django model"),
+        ({"id_field": "kind"}, "must be unique"),
+        ({"id_field": "nope"}, "'nope' is not a field"),
+        ({"processed_field": "kind"}, "nullable DateTimeField or a BooleanField"),
+        ({"ordered": True}, "not supported"),
+    ],
+)
 def test_bad_model_inbox_declarations_are_refused(options, complaint):
-    args = {"model": WebhookEvent, "id_field": "event_id", "type_field": "kind",
-            "processed_field": "processed_at", **options}
+    args = {
+        "model": WebhookEvent,
+        "id_field": "event_id",
+        "type_field": "kind",
+        "processed_field": "processed_at",
+        **options,
+    }
     with pytest.raises(errors.ConfigurationError, match=complaint):
         pgmsg.ModelInbox("test.bad-model", **args)
 
@@ -54,7 +66,9 @@ def test_rows_are_processed_once_and_marked_in_the_handlers_transaction():
     assert effects() == {f"evt-{i}": 1 for i in range(5)}
     assert not WebhookEvent.objects.filter(processed_at__isnull=True).exists()
     assert Effect.objects.get(key="evt-3").data == {
-        "pk": WebhookEvent.objects.get(event_id="evt-3").pk, "account": "acc-1"}
+        "pk": WebhookEvent.objects.get(event_id="evt-3").pk,
+        "account": "acc-1",
+    }
     drain()
     assert sum(effects().values()) == 5
     assert not InboxMessage.objects.exists()  # no failures, so no records
@@ -106,20 +120,29 @@ def test_the_wake_trigger_wakes_a_running_worker(workers):
     workers.start("--inbox", "test.webhooks", "--settings", "pgmsg_tests.testapp.inbox_settings")
     wait_for(lambda: _listening() == 1, timeout=30, message="worker listening")
     with connection.cursor() as cursor:
-        cursor.execute("INSERT INTO testapp_webhookevent (event_id, kind, account, body) "
-                       "VALUES ('raw', 'charge', '', '{}')")
+        cursor.execute(
+            "INSERT INTO testapp_webhookevent (event_id, kind, account, body) "
+            "VALUES ('raw', 'charge', '', '{}')"
+        )
     wait_for(lambda: effects() == {"raw": 1}, timeout=20, message="worker woke by NOTIFY")
 
 
 def _listening() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND query LIKE 'LISTEN%%'")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND query LIKE 'LISTEN%%'"
+        )
         return cursor.fetchone()[0]
 
 
 def test_order_model_without_a_unique_key_is_refused():
     with pytest.raises(errors.ConfigurationError, match="must be unique"):
-        pgmsg.ModelInbox("test.orders", model=Order, id_field="reference",
-                         type_field="reference", processed_field="placed_at")
+        pgmsg.ModelInbox(
+            "test.orders",
+            model=Order,
+            id_field="reference",
+            type_field="reference",
+            processed_field="placed_at",
+        )
     assert isinstance(Order._meta.get_field("placed_at"), models.DateTimeField)

@@ -31,8 +31,18 @@ class StateFilter(admin.SimpleListFilter):
 
 @admin.register(InboxMessage)
 class InboxMessageAdmin(admin.ModelAdmin):
-    list_display = ["id", "inbox", "message_id", "type", "aggregate_id", "state", "attempts",
-                    "received_at", "processed_at", "short_error"]
+    list_display = [
+        "id",
+        "inbox",
+        "message_id",
+        "type",
+        "aggregate_id",
+        "state",
+        "attempts",
+        "received_at",
+        "processed_at",
+        "short_error",
+    ]
     list_filter = [StateFilter, "inbox", "type"]
     search_fields = ["message_id", "aggregate_id", "trace_id", "type"]
     ordering = ["-id"]
@@ -56,18 +66,20 @@ class InboxMessageAdmin(admin.ModelAdmin):
     def has_discard_permission(self, request):
         return request.user.has_perm("pgmsg.discard_inboxmessage")
 
-    @admin.action(description="Replay selected dead or retrying messages now",
-                  permissions=["replay"])
+    @admin.action(
+        description="Replay selected dead or retrying messages now", permissions=["replay"]
+    )
     def replay_selected(self, request, queryset):
         count = sum(inbox_ops.replay(inbox, ids) for inbox, ids in _by_inbox(queryset).items())
         self.message_user(request, f"Replayed {count} message(s).", messages.SUCCESS)
 
-    @admin.action(description="Discard selected dead or pending messages",
-                  permissions=["discard"])
+    @admin.action(description="Discard selected dead or pending messages", permissions=["discard"])
     def discard_selected(self, request, queryset):
         reason = f"discarded in the admin by {request.user.get_username()}"
-        count = sum(inbox_ops.discard(inbox, ids, reason=reason)
-                    for inbox, ids in _by_inbox(queryset).items())
+        count = sum(
+            inbox_ops.discard(inbox, ids, reason=reason)
+            for inbox, ids in _by_inbox(queryset).items()
+        )
         self.message_user(request, f"Discarded {count} message(s).", messages.SUCCESS)
 
 

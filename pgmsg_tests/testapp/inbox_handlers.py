@@ -28,8 +28,10 @@ def _behave(message) -> None:
         time.sleep(random.uniform(0, payload["sleep_max"]))
     if message.attempts < payload.get("fail_times", 0):
         raise RuntimeError(f"{message.message_id} fails on attempt {message.attempts + 1}")
-    if payload.get("fail_unless_fixed") and not Effect.objects.filter(
-            key=f"fixed:{message.message_id}").exists():
+    if (
+        payload.get("fail_unless_fixed")
+        and not Effect.objects.filter(key=f"fixed:{message.message_id}").exists()
+    ):
         raise RuntimeError(f"{message.message_id} is not fixed yet")
 
 
@@ -37,10 +39,16 @@ def _behave(message) -> None:
 def record(message: pgmsg.InboxMessage) -> None:
     _behave(message)
     Effect.objects.create(
-        channel="inbox:test.inbox", key=message.message_id, listener=message.type,
-        data={"aggregate": message.aggregate_id, "attempts": message.attempts,
-              "trace_id": message.trace_id, "source": message.source,
-              "payload": message.payload},
+        channel="inbox:test.inbox",
+        key=message.message_id,
+        listener=message.type,
+        data={
+            "aggregate": message.aggregate_id,
+            "attempts": message.attempts,
+            "trace_id": message.trace_id,
+            "source": message.source,
+            "payload": message.payload,
+        },
         worker_pid=os.getpid(),
     )
 
@@ -56,13 +64,20 @@ def record_step(message: pgmsg.InboxMessage) -> None:
         cursor.execute("SELECT pg_try_advisory_lock(4242, hashtext(%s))", [aggregate])
         alone = cursor.fetchone()[0]
     try:
-        previous_done = seq == 0 or Effect.objects.filter(
-            channel="inbox:test.ordered", key=f"{aggregate}:{seq - 1}").exists()
+        previous_done = (
+            seq == 0
+            or Effect.objects.filter(
+                channel="inbox:test.ordered", key=f"{aggregate}:{seq - 1}"
+            ).exists()
+        )
         already = Effect.objects.filter(
-            channel="inbox:test.ordered", key=f"{aggregate}:{seq}").exists()
+            channel="inbox:test.ordered", key=f"{aggregate}:{seq}"
+        ).exists()
         _behave(message)
         Effect.objects.create(
-            channel="inbox:test.ordered", key=f"{aggregate}:{seq}", listener="step",
+            channel="inbox:test.ordered",
+            key=f"{aggregate}:{seq}",
+            listener="step",
             data={"alone": alone, "previous_done": previous_done, "already": already},
             worker_pid=os.getpid(),
         )
@@ -73,19 +88,33 @@ def record_step(message: pgmsg.InboxMessage) -> None:
 
 
 webhooks = pgmsg.ModelInbox(
-    "test.webhooks", model=WebhookEvent, id_field="event_id", type_field="kind",
-    processed_field="processed_at", aggregate_field="account", max_attempts=2,
+    "test.webhooks",
+    model=WebhookEvent,
+    id_field="event_id",
+    type_field="kind",
+    processed_field="processed_at",
+    aggregate_field="account",
+    max_attempts=2,
 )
 
 
 @webhooks.handler("charge", "refund")
 def record_webhook(message: pgmsg.InboxMessage) -> None:
     event = message.payload  # the WebhookEvent row
-    _behave(type("Behave", (), {"payload": event.body, "attempts": message.attempts,
-                                "message_id": message.message_id})())
-    Effect.objects.create(channel="inbox:test.webhooks", key=message.message_id,
-                          listener=message.type, data={"pk": event.pk, "account": event.account},
-                          worker_pid=os.getpid())
+    _behave(
+        type(
+            "Behave",
+            (),
+            {"payload": event.body, "attempts": message.attempts, "message_id": message.message_id},
+        )()
+    )
+    Effect.objects.create(
+        channel="inbox:test.webhooks",
+        key=message.message_id,
+        listener=message.type,
+        data={"pk": event.pk, "account": event.account},
+        worker_pid=os.getpid(),
+    )
 
 
 from pgmsg_tests.testapp import inbox_bench  # noqa: E402,F401  (bench/inbox.py's inboxes)

@@ -16,8 +16,12 @@ import django
 
 
 def main() -> None:
-    seed, count, start_at, mode = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), \
-        sys.argv[4]
+    seed, count, start_at, mode = (
+        int(sys.argv[1]),
+        int(sys.argv[2]),
+        float(sys.argv[3]),
+        sys.argv[4],
+    )
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pgmsg_tests.settings")
     django.setup()
     import pgmsg
@@ -28,13 +32,18 @@ def main() -> None:
     stored = 0
     if mode == "single":
         for message_id in ids:
-            stored += pgmsg.receive("test.inbox", message_id, type="work",
-                                    payload={"by": seed}).stored
+            stored += pgmsg.receive(
+                "test.inbox", message_id, type="work", payload={"by": seed}
+            ).stored
     else:
         for start in range(0, len(ids), 10):
-            results = pgmsg.receive_many("test.inbox", [
-                {"message_id": m, "type": "work", "payload": {"by": seed}}
-                for m in ids[start:start + 10]])
+            results = pgmsg.receive_many(
+                "test.inbox",
+                [
+                    {"message_id": m, "type": "work", "payload": {"by": seed}}
+                    for m in ids[start : start + 10]
+                ],
+            )
             stored += sum(r.stored for r in results)
     print(json.dumps({"stored": stored}))
 

@@ -22,8 +22,10 @@ class Command(BaseCommand):
         gaps = sub.add_parser("gaps", help="ordered aggregates held back by a failed head")
         gaps.add_argument("inbox")
         gaps.add_argument("--json", action="store_true")
-        for name, text in (("replay", "make dead (or retrying) messages due now"),
-                           ("discard", "settle dead or pending messages without handling")):
+        for name, text in (
+            ("replay", "make dead (or retrying) messages due now"),
+            ("discard", "settle dead or pending messages without handling"),
+        ):
             action = sub.add_parser(name, help=text)
             action.add_argument("inbox")
             action.add_argument("ids", nargs="*", type=int, help="message row ids")
@@ -43,9 +45,14 @@ class Command(BaseCommand):
         rows = inbox_ops.health(inboxes or None)
         degraded = any(h.status == inbox_ops.DEGRADED for h in rows)
         if json:
-            self.stdout.write(_json({
-                "status": inbox_ops.DEGRADED if degraded else inbox_ops.HEALTHY,
-                "inboxes": {h.inbox: h.as_dict() for h in rows}}))
+            self.stdout.write(
+                _json(
+                    {
+                        "status": inbox_ops.DEGRADED if degraded else inbox_ops.HEALTHY,
+                        "inboxes": {h.inbox: h.as_dict() for h in rows},
+                    }
+                )
+            )
             return
         for h in rows:
             style = self.style.ERROR if h.status == inbox_ops.DEGRADED else self.style.SUCCESS
@@ -59,7 +66,8 @@ class Command(BaseCommand):
         self.stdout.write("type\treceived\tprocessed\tpending\tdead\tdiscarded")
         for s in inbox_ops.stats(inbox):
             self.stdout.write(
-                f"{s.type}\t{s.received}\t{s.processed}\t{s.pending}\t{s.dead}\t{s.discarded}")
+                f"{s.type}\t{s.received}\t{s.processed}\t{s.pending}\t{s.dead}\t{s.discarded}"
+            )
 
     def _gaps(self, inbox, json, **options):
         found = inbox_ops.gaps(inbox)
@@ -68,8 +76,10 @@ class Command(BaseCommand):
             return
         for g in found:
             error = (g.last_error.strip().splitlines() or [""])[-1]
-            self.stdout.write(f"{g.aggregate_id}\thead={g.head_id} ({g.type}, {g.status}, "
-                              f"attempts={g.attempts})\twaiting={g.waiting}\t{error}")
+            self.stdout.write(
+                f"{g.aggregate_id}\thead={g.head_id} ({g.type}, {g.status}, "
+                f"attempts={g.attempts})\twaiting={g.waiting}\t{error}"
+            )
         if not found:
             self.stdout.write("no aggregate is held back")
 
@@ -83,9 +93,12 @@ class Command(BaseCommand):
 
     def _purge(self, inboxes, **options):
         deleted = inbox_ops.purge(inboxes or None)
-        self.stdout.write(self.style.SUCCESS(
-            f"deleted {deleted['processed']} processed and {deleted['dead']} dead or discarded "
-            "message(s)"))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"deleted {deleted['processed']} processed and {deleted['dead']} dead or discarded "
+                "message(s)"
+            )
+        )
 
 
 def _json(data) -> str:
