@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import io
 import json
 import os
 import subprocess
@@ -182,6 +183,12 @@ def test_dry_run_says_what_would_be_exported_and_writes_nothing(tmp_path, inbox)
                for line in lines)
     assert not (tmp_path / "out").exists()
     assert not ExportWatermark.objects.exists()
+
+    call_command("pgmsg_export", "--output", str(tmp_path / "out"), "--dry-run",
+                 "--tables", "notifications", stdout=(out := io.StringIO()))
+    assert "would export notifications (pgmsg_notification): 7 row(s)" in out.getvalue()
+    assert "dry run: nothing written, no watermark moved" in out.getvalue()
+    assert not (tmp_path / "out").exists()
 
 
 def test_missing_java_names_what_to_install(tmp_path, monkeypatch):

@@ -31,7 +31,9 @@ class Command(BaseCommand):
         parser.add_argument("--partitions", type=int,
                             help="read partitions per table (default: one per "
                             "EXPORT_ROWS_PER_PARTITION rows)")
-        parser.add_argument("--partition-by", choices=export.PARTITION_BY, default="day")
+        parser.add_argument("--partition-by", choices=export.PARTITION_BY, default="day",
+                            help="output partition column (default: the UTC day of each "
+                            "message's timestamp)")
         parser.add_argument("--mode", choices=export.MODES,
                             help="default: append, overwrite for snapshot tables and --full")
         parser.add_argument("--full", action="store_true", help="re-export from the beginning")
