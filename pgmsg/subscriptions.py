@@ -183,11 +183,12 @@ def ensure_partitions(sub: Subscription, cursor) -> None:
     Changing the partition count of a subscription that has run would reorder events, so it
     is refused: reset the subscription under a new name, or delete its partition rows.
     """
-    cursor.execute(_SQL["create_partitions"], {
-        "subscription": sub.name, "count": sub.partitions, "from_now": sub.start == "now"})
     cursor.execute(_SQL["partition_count"], {"subscription": sub.name})
     count, highest = cursor.fetchone()
-    if count != sub.partitions or highest != sub.partitions - 1:
+    if count == 0:
+        cursor.execute(_SQL["create_partitions"], {
+            "subscription": sub.name, "count": sub.partitions, "from_now": sub.start == "now"})
+    elif count != sub.partitions or highest != sub.partitions - 1:
         raise errors.ConfigurationError(
             f"subscription {sub.name!r} declares {sub.partitions} partitions but the database "
             f"holds {count} (up to index {highest}); changing the count would break ordering: "

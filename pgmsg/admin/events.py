@@ -1,0 +1,101 @@
+"""Admin of the event store: events (read-only) and subscription partitions with their errors."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from django.contrib import admin, messages
+
+from pgmsg import errors, subscriptions
+from pgmsg.models import StoredEvent, SubscriptionPartition
+
+
+@admin.register(StoredEvent)
+class StoredEventAdmin(admin.ModelAdmin):
+    list_display = ["position", "stream_name", "version", "type", "recorded_at"]
+    list_filter = ["category", "type"]
+    search_fields = ["stream_name", "=message_id"]
+    ordering = ["-position"]
+    readonly_fields = [f.name for f in StoredEvent._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # the store is append-only
+
+
+class StateFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return [(s, s) for s in ("active", "retrying", "stopped")]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value == "active":
+            return queryset.filter(status="active", attempts=0)
+        if value == "retrying":
+            return queryset.filter(status="active", attempts__gt=0)
+        if value == "stopped":
+            return queryset.filter(status="stopped")
+        return queryset
+
+
+@admin.register(SubscriptionPartition)
+class SubscriptionPartitionAdmin(admin.ModelAdmin):
+    list_display = ["subscription", "partition", "state", "checkpoint_position", "handled",
+                    "attempts", "failed_position", "short_error", "updated_at"]
+    list_filter = [StateFilter, "subscription"]
+    ordering = ["subscription", "partition"]
+    readonly_fields = [f.name for f in SubscriptionPartition._meta.fields]
+    actions = ["retry_selected", "skip_selected"]
+
+    @admin.display(description="last error")
+    def short_error(self, obj):
+        lines = obj.last_error.strip().splitlines()
+        return lines[-1][:120] if lines else ""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def has_operate_permission(self, request):
+        return request.user.has_perm("pgmsg.operate_subscriptionpartition")
+
+    @admin.action(description="Retry the failed event of selected partitions now",
+                  permissions=["operate"])
+    def retry_selected(self, request, queryset):
+        try:
+            count = sum(subscriptions.retry(name, parts) for name, parts in _grouped(queryset))
+        except errors.PgmsgError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return
+        self.message_user(request, f"Retrying {count} partition(s).", messages.SUCCESS)
+
+    @admin.action(description="Skip the failed event of selected partitions",
+                  permissions=["operate"])
+    def skip_selected(self, request, queryset):
+        try:
+            count = sum(subscriptions.skip(name, parts) for name, parts in _grouped(queryset))
+        except errors.PgmsgError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return
+        self.message_user(request, f"Skipped the failed event of {count} partition(s).",
+                          messages.SUCCESS)
+
+
+def _grouped(queryset):
+    grouped = defaultdict(list)
+    for name, partition in queryset.values_list("subscription", "partition"):
+        grouped[name].append(partition)
+    return sorted(grouped.items())
