@@ -601,3 +601,10 @@ def test_a_handler_for_an_undeclared_inbox_fails_the_system_check():
         assert problem.id == "pgmsg.E401" and "'test.typo'" in problem.msg
     finally:
         del registry.handlers[("test.typo", "work")]
+
+
+def test_listen_refuses_an_unknown_inbox_with_the_known_names():
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match=r"'test.nope'.*test.inbox"):
+        call_command("listen", "--inbox", "test.nope", "--until-idle")
