@@ -181,18 +181,19 @@ def export_tables(
     using = using or conf.get().DATABASE
     _check_options(partitions=partitions, partition_by=partition_by, mode=mode)
     fields = _check_fields(flatten)
-    with _locked(using, "all tables" if tables is None else ", ".join(tables)):
+    with _locked(using):
         plans = plan(
             output, tables=tables, partitions=partitions, partition_by=partition_by, mode=mode,
             full=full, flatten=fields, database_url=database_url, using=using,
         )
+        if not dry_run:
+            _check_output(output)
         for table_plan in plans:
             echo(("would export " if dry_run else "exporting ") + table_plan.describe())
         summary = ExportSummary(plans=plans, results=[], dry_run=dry_run)
         if dry_run:
             summary.seconds = time.monotonic() - started
             return summary
-        _check_output(output)
         if spark is None and any(p.rows or p.mode == "overwrite" for p in plans):
             spark_started = time.monotonic()
             spark = start_spark(master or conf.get().EXPORT_SPARK_MASTER, spark_conf or {})
@@ -224,9 +225,9 @@ def plan(
 ) -> list[TablePlan]:
     """Decide what each table's export reads, from one snapshot xmin; validates every option."""
     using = using or conf.get().DATABASE
-    specs = _select_tables(tables, using)
     conninfo = database_url or _conninfo(using)
     try:
+        specs = _select_tables(tables, using)
         with connections[using].cursor() as cursor:
             cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
             xmin = cursor.fetchone()[0]
@@ -523,9 +524,8 @@ def _save_watermark(name: str, xmin: int | None, rows: int, *, using: str) -> No
 class _locked:
     """A session advisory lock per run, so two exports never read the same range twice."""
 
-    def __init__(self, using: str, what: str) -> None:
+    def __init__(self, using: str) -> None:
         self.using = using
-        self.what = what
 
     def __enter__(self) -> None:
         try:
