@@ -89,16 +89,21 @@ def test_a_duplicate_delivery_storm_is_stored_once_and_processed_once(workers):
 
 def test_a_raw_sql_insert_wakes_a_running_worker_by_notify(workers):
     # The sweep of these settings is 10 minutes away: only the trigger's NOTIFY can wake it.
+    pgmsg.receive("test.inbox", "before-start", type="work", payload={})
     workers.start("--inbox", "test.inbox", "--settings", "pgmsg_tests.testapp.inbox_settings")
-    wait_for(lambda: listening_workers() == 1, timeout=30, message="worker listening")
-    time.sleep(0.3)  # past the start-up sweep
+    # Handled by the start-up sweep: after this the worker only waits.
+    wait_for(
+        lambda: effects("inbox:test.inbox") == {"before-start": 1},
+        timeout=30,
+        message="start-up sweep done",
+    )
     with psycopg.connect(database_url(connection.settings_dict), autocommit=True) as producer:
         producer.execute(
             "INSERT INTO pgmsg_inbox_message (inbox, message_id, type, payload) "
             "VALUES ('test.inbox', 'raw-1', 'work', '{\"x\": 1}') ON CONFLICT DO NOTHING"
         )
     wait_for(
-        lambda: effects("inbox:test.inbox") == {"raw-1": 1},
+        lambda: effects("inbox:test.inbox") == {"before-start": 1, "raw-1": 1},
         timeout=20,
         message="the worker woke for a raw-SQL row",
     )
