@@ -225,6 +225,27 @@ def test_partitions_split_aggregates_by_a_stable_hash_without_overlap():
     assert not firsts & {aggregates[k] for k in set(both) - first}
 
 
+def test_partitions_of_an_ordered_inbox_take_whole_aggregates_in_order():
+    for seq in range(3):
+        for a in range(8):
+            pgmsg.receive(
+                "test.ordered",
+                f"po-{a}-{seq}",
+                type="step",
+                aggregate_id=f"pa-{a}",
+                payload={"seq": seq},
+            )
+    drain("test.ordered", partition=(1, 2))
+    first = set(effects("inbox:test.ordered"))
+    drain("test.ordered", partition=(0, 2))
+    done = effects("inbox:test.ordered")
+    assert 0 < len(first) < 24 and len(first) % 3 == 0
+    assert sum(done.values()) == 24 and set(done.values()) == {1}
+    assert not {k.split(":")[0] for k in first} & {k.split(":")[0] for k in set(done) - first}
+    rows = Effect.objects.filter(channel="inbox:test.ordered").order_by("id")
+    assert all(r.data["previous_done"] for r in rows)
+
+
 def test_failures_retry_with_backoff_then_dead_letter_with_the_error_and_count():
     pgmsg.receive("test.inbox", "r-1", type="work", payload={"fail_times": 10})
     drain()
