@@ -59,9 +59,10 @@ class InboxSource:
             claimed, more = 0, False
             if self.inbox.ordered:
                 claimed, more = self._ordered(worker, cursor, params, done, failed)
-            # Messages without an aggregate id (in an ordered inbox too) have no order to keep.
-            room = worker.batch_size - claimed
-            if room > 0 and not worker.stopping:
+            # Messages without an aggregate id (in an ordered inbox too) have no order to keep;
+            # a quarter batch is kept for them so that a backlog of aggregates cannot starve them.
+            room = max(worker.batch_size - claimed, math.ceil(worker.batch_size / 4))
+            if not worker.stopping:
                 claim = "claim_unordered" if self._types else "claim_unordered_fifo"
                 cursor.execute(
                     _SQL[claim],

@@ -629,3 +629,17 @@ def test_listen_refuses_an_unknown_inbox_with_the_known_names():
 
     with pytest.raises(CommandError, match=r"'test.nope'.*test.inbox"):
         call_command("listen", "--inbox", "test.nope", "--until-idle")
+
+
+def test_ordered_inbox_messages_without_aggregate_are_not_starved_by_a_backlog():
+    pgmsg.receive_many(
+        "test.ordered",
+        [
+            {"message_id": f"bk-{i}", "type": "step", "aggregate_id": "big", "payload": {"seq": i}}
+            for i in range(20)
+        ],
+    )
+    pgmsg.receive("test.ordered", "loose-1", type="step", payload={"seq": 0})
+    worker = Worker(inboxes=["test.ordered"], batch_size=4, install_signal_handlers=False)
+    worker.sources[0].process_batch(worker)  # one batch: the aggregate fills it
+    assert status_of("loose-1", "test.ordered").status == "processed"
