@@ -4,7 +4,8 @@ Prints rows/s for exporting N events (default 1,000,000) with 1, 2 and 4 read pa
 through `pgmsg.export.export_tables` on Spark (`local[*]`), and, measured in the same run, a
 single-process baseline without Spark: the same `COPY (SELECT ...) TO STDOUT` parsed into
 pyarrow and written with `pq.write_table`. Spark's start-up time is printed apart and is not
-in the export figures. Every run is a full re-export with `--partition-by none`, so all runs
+in the export figures; the same reads into Spark's "noop" sink show what reading alone costs.
+Every run is a full re-export with `--partition-by none`, so all runs
 write the same rows and the same columns as the baseline.
 
     DATABASE_URL=postgres://... python bench/export.py [--n 1000000] [--partitions 1,2,4]
@@ -112,6 +113,19 @@ def baseline(out: Path) -> tuple[int, float]:
     return table.num_rows, time.perf_counter() - started
 
 
+def read_only(spark, work: Path, parts: int) -> tuple[int, float]:
+    from pgmsg import export
+    from pgmsg.spark_source import FORMAT, PgmsgDataSource
+
+    spark.dataSource.register(PgmsgDataSource)
+    [table_plan] = export.plan(str(work), tables=["events"], partitions=parts,
+                               partition_by="none", full=True)
+    started = time.perf_counter()
+    frame = spark.read.format(FORMAT).options(**table_plan.read.to_options()).load()
+    frame.write.format("noop").mode("overwrite").save()
+    return table_plan.rows, time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000, help="events to export")
@@ -155,6 +169,11 @@ def main() -> None:
             [result] = summary.results
             results.append((f"Spark export, {parts} read partition(s)", result.rows,
                             summary.seconds, result.bytes))
+        # The same reads into Spark's "noop" sink: what reading costs without the Parquet write.
+        for parts in partition_counts:
+            rows, seconds = read_only(spark, work, parts)
+            results.append((f"  read only (noop sink), {parts} read partition(s)", rows, seconds,
+                            0))
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
