@@ -424,3 +424,61 @@ def test_a_second_export_on_the_same_database_is_refused_while_one_runs(tmp_path
             export.export_tables(str(tmp_path), dry_run=True)
         other.execute("SELECT pg_advisory_unlock(hashtext('pgmsg_export:'))")
     assert export.export_tables(str(tmp_path), dry_run=True).dry_run
+
+
+def test_every_column_kind_reads_back_as_its_value_and_type(tmp_path):
+    from pgmsg.spark_source import read_range
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TABLE export_kinds (id bigint PRIMARY KEY, i integer, s smallint, b boolean,"
+            " f float8, d date, ts timestamptz, naive timestamp, j jsonb, u uuid, n numeric,"
+            " t text, x xid8, made timestamptz NOT NULL DEFAULT now())"
+        )
+    spec = export.register(export.TableSpec(
+        name="kinds", table="export_kinds", key="id", timestamp="made", payload_column="j",
+        transaction_column="x",
+    ))
+    try:
+        ident = uuid.uuid4()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO export_kinds (id, i, s, b, f, d, ts, naive, j, u, n, t, x) VALUES "
+                "(1, -2147483648, 32767, true, -1.5e300, '1969-12-31', "
+                " '1901-02-03 04:05:06.789012+05', '2040-01-01 00:00:00.000001', "
+                " '{\"k\": [1, \"\\u00e9\"], \"e\": \"\"}', %s, 1.10, '', '5'),"
+                "(2, NULL, NULL, false, NULL, NULL, NULL, NULL, 'null', NULL, NULL, NULL, '6')",
+                [ident],
+            )
+        [table_plan] = export.plan(str(tmp_path), tables=["kinds"], flatten=["k", "e"])
+        assert table_plan.rows == 2  # transaction ids 5 and 6: long settled
+        lo, hi = table_plan.key_range
+        [table] = [pa.Table.from_batches(list(read_range(table_plan.read, lo, hi)))]
+        types = {f.name: f.type for f in table.schema}
+        assert types == {
+            "id": pa.int64(), "i": pa.int32(), "s": pa.int32(), "b": pa.bool_(),
+            "f": pa.float64(), "d": pa.date32(), "ts": pa.timestamp("us", tz="UTC"),
+            "naive": pa.timestamp("us", tz="UTC"), "j": pa.string(), "u": pa.string(),
+            "n": pa.string(), "t": pa.string(), "x": pa.int64(),
+            "made": pa.timestamp("us", tz="UTC"), "j_k": pa.string(), "j_e": pa.string(),
+            "day": pa.date32(),
+        }
+        first, second = table.to_pylist()
+        assert first | {"made": None, "day": None} == {
+            "id": 1, "i": -2147483648, "s": 32767, "b": True, "f": -1.5e300,
+            "d": dt.date(1969, 12, 31),
+            "ts": dt.datetime(1901, 2, 2, 23, 5, 6, 789012, tzinfo=dt.UTC),
+            "naive": dt.datetime(2040, 1, 1, 0, 0, 0, 1, tzinfo=dt.UTC),
+            "j": '{"e": "", "k": [1, "é"]}', "u": str(ident), "n": "1.10", "t": "", "x": 5,
+            "made": None, "j_k": '[1, "é"]', "j_e": "", "day": None,
+        }
+        assert first["day"] == first["made"].date()
+        assert second | {"made": None, "day": None} == {
+            "id": 2, "i": None, "s": None, "b": False, "f": None, "d": None, "ts": None,
+            "naive": None, "j": "null", "u": None, "n": None, "t": None, "x": 6,
+            "made": None, "j_k": None, "j_e": None, "day": None,
+        }
+    finally:
+        export._REGISTRY.pop(spec.name)
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE export_kinds")
