@@ -273,7 +273,18 @@ def append(
         raise errors.DuplicateMessageId(f"append to {stream!r}: a message id appears twice: "
                                         f"{sorted(str(i) for i in ids if ids.count(i) > 1)}")
 
+    params = {"stream": stream, "category": category_of(stream), "count": len(batch),
+              "types": types, "data": data, "metadata": metadata, "ids": ids}
     db = conf.get().DATABASE
+    try:
+        with transaction.atomic(using=db), connections[db].cursor() as cursor:
+            version = _insert(cursor, params, None if expected is ANY else expected)
+            if version is None:
+                raise _LookCloser  # roll back what the statement did, then find out why
+        return version
+    except _LookCloser:
+        pass
+    # A version mismatch or a stored message id: decide with the stream locked.
     with transaction.atomic(using=db), connections[db].cursor() as cursor:
         cursor.execute(_SQL["lock_stream"], {"stream": stream})
         current = cursor.fetchone()[0]
@@ -283,12 +294,22 @@ def append(
             return _already_stored(stream, ids, stored)
         if expected is not ANY and expected != current:
             raise errors.ConcurrencyError(stream, expected_version, current)
-        cursor.execute(
-            _SQL["insert_events"],
-            {"stream": stream, "category": category_of(stream), "current": current,
-             "types": types, "data": data, "metadata": metadata, "ids": ids},
-        )
-    return current + len(batch)
+        version = _insert(cursor, params, current)
+        if version is None:  # cannot happen with the lock held; never write a partial append
+            raise errors.PgmsgError(f"append to {stream!r} failed under lock; nothing written")
+        return version
+
+
+class _LookCloser(Exception):
+    pass
+
+
+def _insert(cursor, params: dict, expected: int | None) -> int | None:
+    """Run the one-statement append; the new version, or None if not every event went in."""
+    statement = "append_exact" if expected else "append_any"
+    cursor.execute(_SQL[statement], {**params, "expected": expected})
+    versions = [row[0] for row in cursor.fetchall()]
+    return max(versions) if len(versions) == params["count"] else None
 
 
 def _check_expected(expected: Any) -> int | Expect:

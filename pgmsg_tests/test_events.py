@@ -57,6 +57,10 @@ def test_expected_version_exact_no_stream_and_any():
         pgmsg.append("account-2", Deposited(amount=Decimal(1)), expected_version=1)
     assert pgmsg.append("account-2", Deposited(amount=Decimal(1)), expected_version=pgmsg.ANY) == 3
     assert pgmsg.append("account-3", Deposited(amount=Decimal(1)), expected_version=0) == 1
+    with pytest.raises(errors.ConcurrencyError, match="'account-13' is at version 0, but the "
+                                                      "append expected 4"):
+        pgmsg.append("account-13", Deposited(amount=Decimal(1)), expected_version=4)
+    assert not Stream.objects.filter(name="account-13").exists()
 
 
 def test_a_version_mismatch_writes_nothing_even_inside_an_outer_transaction():
@@ -175,7 +179,7 @@ def test_read_all_pages_through_everything_by_checkpoint_with_filters():
     pgmsg.append("account-1", [Opened(owner="h"), Deposited(amount=Decimal(1))])
     pgmsg.append("seq-1", [Step(n=1), Step(n=2)])
     pgmsg.append("account-2", Withdrawn(amount=Decimal(1)))
-    wait_for(lambda: len(pgmsg.read_all()) == 5, message="5 events readable")
+    wait_for(lambda: len(pgmsg.read_all()) == 5, message="5 events readable", timeout=180)
     everything, after = [], events.START
     while page := pgmsg.read_all(after, limit=2):
         everything += page
@@ -193,13 +197,13 @@ def test_read_all_does_not_return_events_of_transactions_still_open():
     from pgmsg_tests.test_events_concurrency import open_transaction
 
     pgmsg.append("seq-1", Step(n=1))
-    wait_for(lambda: pgmsg.read_all(), message="seq-1 readable")
+    wait_for(lambda: pgmsg.read_all(), message="seq-1 readable", timeout=180)
     with open_transaction() as other:
         other.append("seq-2", Step(n=2))  # uncommitted: not visible anyway
         pgmsg.append("seq-3", Step(n=3))  # committed, but by a later transaction
         assert [r.stream_name for r in pgmsg.read_all()] == ["seq-1"]
     wait_for(lambda: [r.stream_name for r in pgmsg.read_all()] == ["seq-1", "seq-2", "seq-3"],
-             message="both later events readable, in transaction order")
+             message="both later events readable, in transaction order", timeout=180)
 
 
 def test_a_stream_keeps_version_order_in_read_all_when_an_older_transaction_appends_later():
@@ -209,5 +213,5 @@ def test_a_stream_keeps_version_order_in_read_all_when_an_older_transaction_appe
         older.append("seq-5", Step(n=0))  # this transaction now has the lower id
         pgmsg.append("seq-1", Step(n=1))  # a younger transaction appends version 1 and commits
         older.append("seq-1", Step(n=2))  # then the older one appends version 2
-    read = wait_for(lambda: len(pgmsg.read_all()) == 3 and pgmsg.read_all())
+    read = wait_for(lambda: len(pgmsg.read_all()) == 3 and pgmsg.read_all(), timeout=180)
     assert [(r.stream_name, r.version) for r in read] == [("seq-5", 1), ("seq-1", 1), ("seq-1", 2)]

@@ -80,8 +80,11 @@ class Migration(migrations.Migration):
                 "CREATE INDEX pgmsg_event_read_order ON pgmsg_event (transaction_id, position)",
                 "CREATE INDEX pgmsg_event_category_order "
                 "ON pgmsg_event (category, transaction_id, position)",
+                # The read-order transaction id of the stream's last append.
+                "ALTER TABLE pgmsg_stream ADD COLUMN transaction_id xid8",
             ],
             reverse_sql=[
+                "ALTER TABLE pgmsg_stream DROP COLUMN transaction_id",
                 "DROP INDEX pgmsg_event_category_order",
                 "DROP INDEX pgmsg_event_read_order",
                 "ALTER TABLE pgmsg_event DROP COLUMN transaction_id",

@@ -1,7 +1,56 @@
+-- name: append_any
+-- The one-statement append, for expected version ANY or "no stream" (%(expected)s NULL or 0).
+-- The upsert locks the stream row (concurrent appends to one stream wait here, one after the
+-- other; ON CONFLICT DO UPDATE works on the latest committed row, whatever the statement's
+-- snapshot), moves its version unless the expected version differs, and hands the new version
+-- and read-order transaction id to the events. Fewer rows returned than events given means a
+-- version mismatch or a stored message id: the caller rolls back and looks closer.
+-- transaction_id is this transaction's id, raised to that of the stream's previous append when
+-- lower: a transaction that started earlier but appends later must sort after it.
+WITH stream AS (
+    INSERT INTO pgmsg_stream AS s (name, version, transaction_id)
+    VALUES (%(stream)s, %(count)s, pg_current_xact_id())
+    ON CONFLICT (name) DO UPDATE
+        SET version = s.version + %(count)s,
+            transaction_id = greatest(s.transaction_id, pg_current_xact_id())
+        WHERE %(expected)s::int IS NULL OR s.version = %(expected)s::int
+    RETURNING version, transaction_id
+)
+INSERT INTO pgmsg_event
+    (stream_name, category, version, type, data, metadata, message_id, transaction_id)
+SELECT %(stream)s, %(category)s, s.version - %(count)s + e.n, e.type, e.data::jsonb,
+       e.metadata::jsonb, e.message_id, s.transaction_id
+FROM stream AS s,
+     unnest(%(types)s::text[], %(data)s::text[], %(metadata)s::text[], %(ids)s::uuid[])
+     WITH ORDINALITY AS e(type, data, metadata, message_id, n)
+ORDER BY e.n
+ON CONFLICT (message_id) DO NOTHING
+RETURNING version;
+
+-- name: append_exact
+-- The same for an exact expected version > 0: an UPDATE (the stream must exist), re-checked
+-- against the latest committed row after waiting for its lock.
+WITH stream AS (
+    UPDATE pgmsg_stream AS s
+    SET version = s.version + %(count)s,
+        transaction_id = greatest(s.transaction_id, pg_current_xact_id())
+    WHERE s.name = %(stream)s AND s.version = %(expected)s::int
+    RETURNING version, transaction_id
+)
+INSERT INTO pgmsg_event
+    (stream_name, category, version, type, data, metadata, message_id, transaction_id)
+SELECT %(stream)s, %(category)s, s.version - %(count)s + e.n, e.type, e.data::jsonb,
+       e.metadata::jsonb, e.message_id, s.transaction_id
+FROM stream AS s,
+     unnest(%(types)s::text[], %(data)s::text[], %(metadata)s::text[], %(ids)s::uuid[])
+     WITH ORDINALITY AS e(type, data, metadata, message_id, n)
+ORDER BY e.n
+ON CONFLICT (message_id) DO NOTHING
+RETURNING version;
+
 -- name: lock_stream
--- Create the stream row if new, and lock it: concurrent appends to one stream wait here, one
--- after the other, and each sees the version its predecessor committed (ON CONFLICT DO UPDATE
--- locks and returns the latest committed row, whatever the statement's snapshot).
+-- The careful path (after a mismatch or a stored id): lock the stream row, creating it if new,
+-- and read its version.
 INSERT INTO pgmsg_stream AS s (name, version) VALUES (%(stream)s, 0)
 ON CONFLICT (name) DO UPDATE SET version = s.version
 RETURNING version;
@@ -9,28 +58,6 @@ RETURNING version;
 -- name: stored_messages
 -- Which of these message ids are stored already, and where (idempotent re-append).
 SELECT message_id, stream_name, version FROM pgmsg_event WHERE message_id = ANY(%(ids)s::uuid[]);
-
--- name: insert_events
--- Append the events with versions current+1.. and move the stream's version, in one statement.
--- transaction_id is this transaction's id, raised to that of the stream's previous event when
--- lower: a transaction that started earlier but appends later must sort after it.
-WITH previous AS (
-    SELECT max(transaction_id) AS xid FROM pgmsg_event
-    WHERE stream_name = %(stream)s AND version = %(current)s
-), inserted AS (
-    INSERT INTO pgmsg_event
-        (stream_name, category, version, type, data, metadata, message_id, transaction_id)
-    SELECT %(stream)s, %(category)s, %(current)s + e.n, e.type, e.data::jsonb, e.metadata::jsonb,
-           e.message_id, greatest(pg_current_xact_id(), (SELECT xid FROM previous))
-    FROM unnest(%(types)s::text[], %(data)s::text[], %(metadata)s::text[], %(ids)s::uuid[])
-         WITH ORDINALITY AS e(type, data, metadata, message_id, n)
-    ORDER BY e.n
-    RETURNING position
-), bumped AS (
-    UPDATE pgmsg_stream SET version = %(current)s + cardinality(%(ids)s::uuid[])
-    WHERE name = %(stream)s
-)
-SELECT position FROM inserted ORDER BY position;
 
 -- name: stream_version
 SELECT version FROM pgmsg_stream WHERE name = %(stream)s;

@@ -1,0 +1,323 @@
+"""Benchmark: the event store, next to the raw-PostgreSQL ceiling measured in the same run.
+
+Prints append throughput (1 event per transaction, and batches of 100), the rate at which a
+subscription catches up over 100,000 stored events (in-process worker, 1 and 4 partitions,
+a handler that does nothing) and read_all() paging, and the end-to-end lag of a subscription
+(append commit to handler, p50/p95, a worker process woken by NOTIFY); beside each, the same
+work done with plain psycopg on a plain table: INSERT, keyset SELECT, INSERT + NOTIFY to a
+LISTENing process.
+
+    python bench/events.py [--events 100000] [--single 2000] [--lag-count 300]
+
+Uses DATABASE_URL's server (or the embedded default) and a scratch database
+`pgmsg_bench_events` that it drops and re-creates; nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SCRATCH_DB = "pgmsg_bench_events"
+
+
+def scratch_url() -> str:
+    from pgmsg.devdb import database_url, default_database
+
+    base = default_database(ROOT / ".pgdata")  # starts the embedded server when no URL
+    with psycopg.connect(database_url(base, name="postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{SCRATCH_DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{SCRATCH_DB}"')
+    return database_url(base, name=SCRATCH_DB)
+
+
+def django_setup(url: str) -> None:
+    os.environ["DATABASE_URL"] = url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "pgmsg_tests.settings"
+    import django
+
+    django.setup()
+
+
+def declare():
+    """The bench's event type and subscriptions (after django.setup(), in every process)."""
+    import pgmsg
+    from pgmsg import events, subscriptions
+
+    if "bench.tick" in events.event_types:
+        return events.event_types["bench.tick"]
+
+    class Tick(pgmsg.Event, type="bench.tick"):
+        n: int
+        sent_at: float = 0.0
+
+    counted = {"n": 0}
+    for partitions in (1, 4):
+        sub = pgmsg.Subscription(f"bench-catchup-{partitions}", category="bench",
+                                 partitions=partitions)
+        sub.handler(Tick)(lambda recorded: counted.__setitem__("n", counted["n"] + 1))
+
+    lag = pgmsg.Subscription("bench-lag", category="lag", partitions=1)
+
+    @lag.handler(Tick)
+    def record_lag(recorded) -> None:
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("INSERT INTO bench_lag VALUES (%s, %s)",
+                           [recorded.event.sent_at, time.time()])
+
+    subscriptions.counted = counted
+    return Tick
+
+
+def rate(label: str, count: int, seconds: float) -> tuple[str, float]:
+    return label, count / seconds
+
+
+def show(rows: list[tuple[str, float]]) -> None:
+    for label, value in rows:
+        print(f"  {label:<70} {value:>9,.0f} /s", flush=True)
+
+
+# -- appends -------------------------------------------------------------------------------------
+
+
+def raw_appends(url: str, single: int, batches: int) -> list[tuple[str, float]]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE raw_event (id bigserial PRIMARY KEY, stream text NOT NULL, "
+                     "version int NOT NULL, data jsonb NOT NULL, message_id uuid UNIQUE, "
+                     "UNIQUE (stream, version))")
+        t = time.perf_counter()
+        for i in range(single):
+            conn.execute("INSERT INTO raw_event (stream, version, data, message_id) "
+                         "VALUES (%s, %s, %s, %s)",
+                         [f"raw-{i % 100}", i // 100 + 1, json.dumps({"n": i}), uuid.uuid4()])
+        out = [rate(f"raw INSERT, 1 row/tx (N={single})", single, time.perf_counter() - t)]
+        conn.execute("TRUNCATE raw_event")
+        t = time.perf_counter()
+        for b in range(batches):
+            conn.execute(
+                "INSERT INTO raw_event (stream, version, data, message_id) "
+                "SELECT %s, v, d::jsonb, i FROM unnest(%s::int[], %s::text[], %s::uuid[]) "
+                "AS r(v, d, i)",
+                [f"raw-{b}", list(range(1, 101)), [json.dumps({"n": n}) for n in range(100)],
+                 [uuid.uuid4() for _ in range(100)]])
+        out.append(rate(f"raw INSERT, 100 rows/tx (N={batches * 100})", batches * 100,
+                        time.perf_counter() - t))
+    return out
+
+
+def pgmsg_appends(single: int, batches: int) -> list[tuple[str, float]]:
+    import pgmsg
+
+    Tick = declare()
+    t = time.perf_counter()
+    for i in range(single):
+        pgmsg.append(f"append-{i % 100}", Tick(n=i))
+    out = [rate(f"pgmsg append(), 1 event/tx, expected ANY (N={single})", single,
+                time.perf_counter() - t)]
+    t = time.perf_counter()
+    for i in range(single):
+        pgmsg.append(f"exact-{i % 100}", Tick(n=i), expected_version=i // 100)
+    out.append(rate(f"pgmsg append(), 1 event/tx, exact expected version (N={single})", single,
+                    time.perf_counter() - t))
+    t = time.perf_counter()
+    for b in range(batches):
+        pgmsg.append(f"batch-{b}", [Tick(n=n) for n in range(100)])
+    out.append(rate(f"pgmsg append(), 100 events/tx (N={batches * 100})", batches * 100,
+                    time.perf_counter() - t))
+    return out
+
+
+# -- catching up ---------------------------------------------------------------------------------
+
+
+def fill(url: str, count: int) -> None:
+    """``count`` events in category "bench" (1,000-event appends over 100 streams), and the
+    same rows in a plain table for the raw reads."""
+    import pgmsg
+
+    Tick = declare()
+    for start in range(0, count, 1000):
+        pgmsg.append(f"bench-{start // 1000 % 100}", [Tick(n=n) for n in range(start,
+                                                                              start + 1000)])
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE raw_read AS SELECT position AS id, stream_name, version, "
+                     "type, data, metadata, message_id FROM pgmsg_event WHERE category = 'bench'")
+        conn.execute("ALTER TABLE raw_read ADD PRIMARY KEY (id)")
+        conn.execute("VACUUM ANALYZE")
+
+
+def raw_reads(url: str, count: int) -> list[tuple[str, float]]:
+    out = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        for page in (100, 1000):
+            t, last, seen = time.perf_counter(), 0, 0
+            while rows := conn.execute(
+                    "SELECT id, stream_name, version, type, data::text, metadata::text, "
+                    "message_id FROM raw_read WHERE id > %s ORDER BY id LIMIT %s",
+                    [last, page]).fetchall():
+                for row in rows:
+                    json.loads(row[4])
+                seen += len(rows)
+                last = rows[-1][0]
+            assert seen == count, seen
+            out.append(rate(f"raw keyset SELECT + json.loads, {page}/page (N={count})", count,
+                            time.perf_counter() - t))
+    return out
+
+
+def pgmsg_reads(count: int) -> list[tuple[str, float]]:
+    import pgmsg
+    from pgmsg import subscriptions
+    from pgmsg.worker import Worker
+
+    declare()
+    out = []
+    t, after, seen = time.perf_counter(), pgmsg.events.START, 0
+    while page := pgmsg.read_all(after, category="bench", limit=1000):
+        seen += len(page)
+        after = page[-1].checkpoint
+    assert seen == count, seen
+    out.append(rate(f"pgmsg read_all(), 1000/page (N={count})", count, time.perf_counter() - t))
+    for partitions in (1, 4):
+        for batch in (100, 1000):
+            name = f"bench-catchup-{partitions}"
+            subscriptions.reset(name)
+            subscriptions.counted["n"] = 0
+            t = time.perf_counter()
+            Worker(subscriptions=[name], until_idle=True, install_signal_handlers=False,
+                   batch_size=batch).run()
+            elapsed = time.perf_counter() - t
+            assert subscriptions.counted["n"] == count, subscriptions.counted
+            out.append(rate(f"pgmsg subscription catch-up, {partitions} partition(s), "
+                            f"batch {batch} (N={count})", count, elapsed))
+    return out
+
+
+# -- lag -----------------------------------------------------------------------------------------
+
+
+def run_worker(url: str) -> None:
+    django_setup(url)
+    declare()
+    from pgmsg.worker import Worker
+
+    Worker(subscriptions=["bench-lag"]).run()
+
+
+def raw_listener(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("LISTEN raw_lag")
+        last = 0
+        while True:
+            # Leave the notifies() generator before using the connection again.
+            if not list(conn.notifies(timeout=1.0, stop_after=1)):
+                continue
+            rows = conn.execute("SELECT id, sent FROM raw_lag_q WHERE id > %s ORDER BY id",
+                                [last]).fetchall()
+            now = time.time()
+            for id_, sent in rows:
+                conn.execute("INSERT INTO raw_lag_result VALUES (%s, %s)", [sent, now])
+                last = id_
+
+
+def wait_listening(url: str, query: str) -> None:
+    deadline = time.time() + 60
+    with psycopg.connect(url, autocommit=True) as conn:
+        while not conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                               "current_database() AND query = %s", [query]).fetchone()[0]:
+            if time.time() > deadline:
+                raise SystemExit(f"no session ran {query!r} within 60 s")
+            time.sleep(0.05)
+
+
+def percentiles(lags: list[float]) -> str:
+    ms = sorted(x * 1000 for x in lags)
+    q = statistics.quantiles(ms, n=100, method="inclusive")
+    return f"p50 {q[49]:6.1f} ms   p95 {q[94]:6.1f} ms   max {ms[-1]:6.1f} ms   (n={len(ms)})"
+
+
+def lag(url: str, count: int, gap: float) -> tuple[str, str]:
+    import pgmsg
+
+    Tick = declare()
+    context = multiprocessing.get_context("spawn")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bench_lag (sent float8, handled float8)")
+        conn.execute("CREATE TABLE raw_lag_q (id bigserial PRIMARY KEY, sent float8)")
+        conn.execute("CREATE TABLE raw_lag_result (sent float8, handled float8)")
+
+        worker = context.Process(target=run_worker, args=(url,))
+        worker.start()
+        wait_listening(url, 'LISTEN "pgmsg"')
+        time.sleep(1)  # the worker's start-up sweep
+        for i in range(count):
+            pgmsg.append("lag-1", Tick(n=i, sent_at=time.time()))
+            time.sleep(gap)
+        while conn.execute("SELECT count(*) FROM bench_lag").fetchone()[0] < count:
+            time.sleep(0.05)
+        worker.terminate()
+        worker.join()
+        ours = [h - s for s, h in conn.execute("SELECT sent, handled FROM bench_lag")]
+
+        listener = context.Process(target=raw_listener, args=(url,))
+        listener.start()
+        wait_listening(url, "LISTEN raw_lag")
+        for _ in range(count):
+            with conn.transaction():
+                conn.execute("INSERT INTO raw_lag_q (sent) VALUES (%s)", [time.time()])
+                conn.execute("NOTIFY raw_lag")
+            time.sleep(gap)
+        while conn.execute("SELECT count(*) FROM raw_lag_result").fetchone()[0] < count:
+            time.sleep(0.05)
+        listener.terminate()
+        listener.join()
+        raw = [h - s for s, h in conn.execute("SELECT sent, handled FROM raw_lag_result")]
+    return percentiles(ours), percentiles(raw)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--single", type=int, default=2000)
+    parser.add_argument("--batches", type=int, default=200)
+    parser.add_argument("--lag-count", type=int, default=300)
+    parser.add_argument("--lag-gap", type=float, default=0.02)
+    args = parser.parse_args()
+
+    url = scratch_url()
+    django_setup(url)
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    print(f"pgmsg event store benchmark, {time.strftime('%Y-%m-%d %H:%M %Z')}, "
+          f"{os.cpu_count()} CPU(s), database {SCRATCH_DB}")
+    print("\nAppends")
+    show(raw_appends(url, args.single, args.batches))
+    show(pgmsg_appends(args.single, args.batches))
+    print(f"\nCatching up over {args.events:,} events (handler does nothing)")
+    fill(url, args.events)
+    show(raw_reads(url, args.events))
+    show(pgmsg_reads(args.events))
+    print(f"\nEnd-to-end lag, {args.lag_count} events {args.lag_gap * 1000:.0f} ms apart "
+          "(commit to handler)")
+    ours, raw = lag(url, args.lag_count, args.lag_gap)
+    print(f"  raw INSERT + NOTIFY -> LISTENing process SELECTs   {raw}")
+    print(f"  pgmsg append -> subscription worker handler        {ours}")
+
+
+if __name__ == "__main__":
+    main()
