@@ -3,7 +3,8 @@
 Prints, for N notifications (default 10,000): produce rate (1 per transaction and 1,000 per
 transaction), end-to-end processing rate with 1 and 2 `manage.py listen` processes (producer
 start to last message handled, every message checked to be handled exactly once), and
-commit-to-handler latency p50/p95/p99 on an idle worker; and, measured in the same run on the
+commit-to-handler latency p50/p95/p99 on an idle worker (from the moment the producer's
+COMMIT returned, as the peer harness measures it); and, measured in the same run on the
 same server with plain psycopg: INSERT rates and claim-with-SKIP-LOCKED-and-delete rates, one
 row per transaction and 100 per transaction, with 1 and 2 consumers.
 
@@ -230,23 +231,26 @@ def end_to_end(url: str, n: int, workers: int) -> tuple[str, float, str]:
 
 
 def latency(url: str, count: int, gap: float) -> list[float]:
+    """Handler time minus the time the producer's COMMIT returned (as in the peer harness)."""
     from django.db import transaction
 
     import pgmsg
     from bench.benchapp.listeners import Tick
 
+    committed = {}
     with tempfile.TemporaryDirectory() as handled_dir:
         procs = start_workers(url, 1, handled_dir)
         try:
             for i in range(count):
                 with transaction.atomic():
-                    pgmsg.notify(Tick(seq=i, ts=time.time()))
+                    pgmsg.notify(Tick(seq=i))
+                committed[i] = time.time()
                 time.sleep(gap)
             while pending(url):
                 time.sleep(0.01)
         finally:
             stop_workers(procs)
-        return sorted((now - ts) * 1000 for _, ts, now in handled_lines(handled_dir))
+        return sorted((now - committed[seq]) * 1000 for seq, _, now in handled_lines(handled_dir))
 
 
 def pct(values: list[float], p: float) -> float:
