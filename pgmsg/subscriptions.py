@@ -262,22 +262,31 @@ class SubscriptionSource:
                 limit=worker.batch_size,
             )
             reached, handled, failure = start, 0, None
-            for recorded in batch:
-                if worker.stopping:
-                    break
-                delivery = wk.Delivery("event", recorded.position, sub.name,
-                                       attempts if handled == 0 else 0)
-                token, cause = wk._current.set(delivery), events._cause.set(recorded)
-                try:
-                    with transaction.atomic(using=db):
-                        sub.dispatch(recorded)
-                except Exception as exc:
-                    failure = (recorded, exc)
-                    break
-                finally:
-                    wk._current.reset(token)
-                    events._cause.reset(cause)
-                reached, handled = recorded.checkpoint, handled + 1
+            try:
+                # The whole batch under one savepoint: a savepoint per event would cost two
+                # round trips each.
+                with transaction.atomic(using=db):
+                    for recorded in batch:
+                        if worker.stopping:
+                            break
+                        self._handle(recorded, attempts if handled == 0 else 0)
+                        reached, handled = recorded.checkpoint, handled + 1
+            except Exception:
+                # A handler failed: its batch's writes are undone. Run the batch again event
+                # by event, so that the events before the failing one commit and the failure
+                # is pinned on the right event (handlers before it run a second time; their
+                # writes count once).
+                reached, handled = start, 0
+                for recorded in batch:
+                    if worker.stopping:
+                        break
+                    try:
+                        with transaction.atomic(using=db):
+                            self._handle(recorded, attempts if handled == 0 else 0)
+                    except Exception as exc:
+                        failure = (recorded, exc)
+                        break
+                    reached, handled = recorded.checkpoint, handled + 1
             complete = failure is None and handled == len(batch) < worker.batch_size
             if complete:
                 # Every matching event of ended transactions was read: the next read may
@@ -292,6 +301,15 @@ class SubscriptionSource:
                     "position": reached.position, "handled": handled})
         worker.handled += handled
         return len(batch)
+
+    def _handle(self, recorded: RecordedEvent, attempts: int) -> None:
+        delivery = wk.Delivery("event", recorded.position, self.sub.name, attempts)
+        token, cause = wk._current.set(delivery), events._cause.set(recorded)
+        try:
+            self.sub.dispatch(recorded)
+        finally:
+            wk._current.reset(token)
+            events._cause.reset(cause)
 
     def _fail(self, cursor, id_: int, partition: int, reached: Checkpoint, handled: int,
               attempts: int, recorded: RecordedEvent, exc: Exception) -> None:
