@@ -107,6 +107,17 @@ def raw_appends(url: str, single: int, batches: int) -> list[tuple[str, float]]:
         out = [rate(f"raw INSERT, 1 row/tx (N={single})", single, time.perf_counter() - t)]
         conn.execute("TRUNCATE raw_event")
         t = time.perf_counter()
+        for i in range(single):  # what append() also does: wake the workers at commit
+            with conn.transaction():
+                conn.execute("INSERT INTO raw_event (stream, version, data, message_id) "
+                             "VALUES (%s, %s, %s, %s)",
+                             [f"raw-{i % 100}", i // 100 + 1, json.dumps({"n": i}),
+                              uuid.uuid4()])
+                conn.execute("SELECT pg_notify('raw', 'events:raw')")
+        out.append(rate(f"raw INSERT + pg_notify, 1 row/tx (N={single})", single,
+                        time.perf_counter() - t))
+        conn.execute("TRUNCATE raw_event")
+        t = time.perf_counter()
         for b in range(batches):
             conn.execute(
                 "INSERT INTO raw_event (stream, version, data, message_id) "

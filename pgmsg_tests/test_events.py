@@ -215,3 +215,15 @@ def test_a_stream_keeps_version_order_in_read_all_when_an_older_transaction_appe
         older.append("seq-1", Step(n=2))  # then the older one appends version 2
     read = wait_for(lambda: len(pgmsg.read_all()) == 3 and pgmsg.read_all(), timeout=180)
     assert [(r.stream_name, r.version) for r in read] == [("seq-5", 1), ("seq-1", 1), ("seq-1", 2)]
+
+
+def test_read_order_compares_transaction_ids_as_numbers():
+    # Ids of different lengths: as text, '10' would sort before '9'.
+    with connection.cursor() as cursor:
+        for xid, stream in (("10", "seq-b"), ("9", "seq-a")):
+            cursor.execute(
+                "INSERT INTO pgmsg_event (stream_name, category, version, type, data, metadata, "
+                "message_id, transaction_id) VALUES (%s, 'seq', 1, 'test.step', '{\"n\": 1}', "
+                "'{}', gen_random_uuid(), %s::xid8)", [stream, xid])
+    assert [(r.stream_name, r.transaction_id) for r in pgmsg.read_all()] == [
+        ("seq-a", 9), ("seq-b", 10)]

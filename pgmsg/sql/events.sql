@@ -63,7 +63,7 @@ SELECT message_id, stream_name, version FROM pgmsg_event WHERE message_id = ANY(
 SELECT version FROM pgmsg_stream WHERE name = %(stream)s;
 
 -- name: read_stream_forwards
-SELECT position, transaction_id::text, stream_name, version, type, data::text, metadata::text,
+SELECT position, transaction_id::text AS xid, stream_name, version, type, data::text, metadata::text,
        message_id, recorded_at
 FROM pgmsg_event
 WHERE stream_name = %(stream)s AND version >= %(version)s
@@ -71,7 +71,7 @@ ORDER BY version
 LIMIT %(limit)s;
 
 -- name: read_stream_backwards
-SELECT position, transaction_id::text, stream_name, version, type, data::text, metadata::text,
+SELECT position, transaction_id::text AS xid, stream_name, version, type, data::text, metadata::text,
        message_id, recorded_at
 FROM pgmsg_event
 WHERE stream_name = %(stream)s AND version <= %(version)s
@@ -87,7 +87,7 @@ SELECT pg_snapshot_xmin(pg_current_snapshot())::text;
 -- transactions (transaction_id < xmin), so no row can later appear before one returned here.
 -- Optional filters: category, types, and one partition of N by a hash of the partition key
 -- (stream name, or a data / metadata field).
-SELECT position, transaction_id::text, stream_name, version, type, data::text, metadata::text,
+SELECT position, transaction_id::text AS xid, stream_name, version, type, data::text, metadata::text,
        message_id, recorded_at
 FROM pgmsg_event
 WHERE (transaction_id, position) > (%(xid)s::text::xid8, %(position)s::bigint)
