@@ -295,8 +295,10 @@ def append(
         if expected is not ANY and expected != current:
             raise errors.ConcurrencyError(stream, expected_version, current)
         version = _insert(cursor, params, current)
-        if version is None:  # cannot happen with the lock held; never write a partial append
-            raise errors.PgmsgError(f"append to {stream!r} failed under lock; nothing written")
+        if version is None:  # an id stored meanwhile by an append to another stream
+            raise errors.DuplicateMessageId(
+                f"append to {stream!r}: a message id was stored by another append meanwhile; "
+                "nothing written")
         return version
 
 

@@ -16,7 +16,7 @@ from pgmsg import errors, subscriptions
 from pgmsg.models import SubscriptionPartition
 from pgmsg.worker import SourceOptions, Worker
 from pgmsg_tests.conftest import wait_for
-from pgmsg_tests.testapp.events_handlers import Account, Deposited, Opened, Step, Withdrawn
+from pgmsg_tests.testapp.events_handlers import Deposited, Opened, Step, Withdrawn
 from pgmsg_tests.testapp.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -231,43 +231,6 @@ def test_worker_sources_serve_what_is_named_and_wake_on_their_category():
     assert not seq.wants("events:account") and not seq.wants("inbox:seq")
     [audit] = subscriptions.worker_sources(SourceOptions(False, None, ["test-audit"], None))
     assert audit.wants("events:account") and not audit.wants("test.work")
-
-
-def test_repository_loads_and_saves_aggregates_with_optimistic_concurrency():
-    accounts = pgmsg.Repository(Account)
-    account = accounts.load("a1")
-    assert account.version == 0
-    account.open("ann")
-    account.deposit(Decimal(10))
-    assert accounts.save(account) == 2 and account.pending == []
-    first, second = accounts.load("a1"), accounts.load("a1")
-    assert (first.owner, first.balance, first.version) == ("ann", Decimal(10), 2)
-    first.withdraw(Decimal(4))
-    accounts.save(first)
-    second.withdraw(Decimal(8))  # decided on a stale balance
-    with pytest.raises(errors.ConcurrencyError, match="at version 3, but the append expected 2"):
-        accounts.save(second)
-    assert accounts.load("a1").balance == Decimal(6)
-    with pytest.raises(ValueError, match="balance 6 < 8"):
-        accounts.load("a1").withdraw(Decimal(8))
-
-
-def test_a_new_aggregate_saved_twice_concurrently_is_created_once():
-    accounts = pgmsg.Repository(Account)
-    one, two = accounts.load("a2"), accounts.load("a2")
-    one.open("x")
-    two.open("y")
-    accounts.save(one)
-    with pytest.raises(errors.ConcurrencyError, match="expected pgmsg.NO_STREAM"):
-        accounts.save(two)
-
-
-def test_aggregate_declarations_are_checked():
-    with pytest.raises(errors.ConfigurationError, match="give the stream category"):
-        class NoCategory(pgmsg.Aggregate):
-            pass
-    with pytest.raises(errors.ConfigurationError, match="no method apply_step"):
-        Account("a3").record(Step(n=1))
 
 
 class _Out:

@@ -13,8 +13,10 @@ from pgmsg.models import StoredEvent, SubscriptionPartition
 @admin.register(StoredEvent)
 class StoredEventAdmin(admin.ModelAdmin):
     list_display = ["position", "stream_name", "version", "type", "recorded_at"]
-    list_filter = ["category", "type"]
-    search_fields = ["stream_name", "=message_id"]
+    # Exact or prefix lookups only: the store is large, and list filters would scan it for
+    # their DISTINCT values on every page.
+    search_fields = ["=stream_name", "=message_id", "=type", "^category"]
+    show_full_result_count = False
     ordering = ["-position"]
     readonly_fields = [f.name for f in StoredEvent._meta.fields]
 
