@@ -68,5 +68,5 @@ def record_order_change(change: pgmsg.RowChange) -> None:
              "types": [type(new.total).__name__, type(new.weight).__name__]},
         },
     )
+from pgmsg_tests.testapp import events_handlers  # noqa: E402,F401,I001
 from pgmsg_tests.testapp import inbox_handlers  # noqa: E402,F401
-from pgmsg_tests.testapp import events_handlers  # noqa: E402,F401
