@@ -232,9 +232,25 @@ class SubscriptionSource:
                 with transaction.atomic(using=db):
                     ensure_partitions(self.sub, cursor)
                 self._ready = True
+            cursor.execute(events._SQL["snapshot_xmin"])
+            xmin = int(cursor.fetchone()[0])
             cursor.execute(_SQL["due_partitions"], {"subscription": self.sub.name,
                                                     "partitions": self.mine})
-            due = [row[0] for row in cursor.fetchall()]
+            rows = cursor.fetchall()
+            if not rows:
+                return 0
+            due = [row[0] for row in rows]
+            lowest = min(Checkpoint(row[1], row[2]) for row in rows)
+            # One cheap look for the whole subscription before a transaction per partition:
+            # when nothing it handles lies between its lowest checkpoint and the horizon,
+            # every partition may move to the horizon at once.
+            if not events.read_ordered(cursor, after=lowest, xmin=xmin,
+                                       category=self.sub.category, types=self.sub.types,
+                                       limit=1):
+                cursor.execute(_SQL["advance_idle"], {
+                    "subscription": self.sub.name, "partitions": due, "xid": xmin,
+                    "low_xid": lowest.transaction_id, "low_position": lowest.position})
+                return 0
         claimed = 0
         for partition in due:
             if worker.stopping:

@@ -16,8 +16,8 @@ SELECT count(*), max(partition) FROM pgmsg_subscription_partition
 WHERE subscription = %(subscription)s;
 
 -- name: due_partitions
--- Partitions worth a look (no lock here: lock_partition decides).
-SELECT partition FROM pgmsg_subscription_partition
+-- Partitions worth a look, with their checkpoints (no lock here: lock_partition decides).
+SELECT partition, checkpoint_transaction, checkpoint_position FROM pgmsg_subscription_partition
 WHERE subscription = %(subscription)s AND partition = ANY(%(partitions)s::int[])
   AND status = 'active' AND next_attempt_at <= now()
 ORDER BY partition;
@@ -30,6 +30,22 @@ FROM pgmsg_subscription_partition
 WHERE subscription = %(subscription)s AND partition = %(partition)s
   AND status = 'active' AND next_attempt_at <= now()
 FOR UPDATE SKIP LOCKED;
+
+-- name: advance_idle
+-- Nothing to handle between the lowest checkpoint and the horizon: move the idle partitions
+-- (not held by a worker, not failing, not reset below that checkpoint meanwhile) to the
+-- horizon, so that later reads start there.
+UPDATE pgmsg_subscription_partition
+SET checkpoint_transaction = %(xid)s, checkpoint_position = 0
+WHERE id IN (
+    SELECT id FROM pgmsg_subscription_partition
+    WHERE subscription = %(subscription)s AND partition = ANY(%(partitions)s::int[])
+      AND status = 'active' AND attempts = 0
+      AND (checkpoint_transaction, checkpoint_position) < (%(xid)s::bigint, 0)
+      AND (checkpoint_transaction, checkpoint_position)
+          >= (%(low_xid)s::bigint, %(low_position)s::bigint)
+    FOR UPDATE SKIP LOCKED
+);
 
 -- name: advance
 -- Move the checkpoint, in the transaction that ran the handlers; never backwards.
