@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import re
-from typing import ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
-from pgmsg import errors, events
+from django.db import connections, transaction
+
+from pgmsg import conf, errors, events, payloads, sql
 from pgmsg.events import NO_STREAM, Event
 
 A = TypeVar("A", bound="Aggregate")
 
 #: Events read per query while loading.
 LOAD_CHUNK = 1000
+
+_SQL = sql.load("aggregates.sql")
 
 
 def _snake(name: str) -> str:
@@ -37,9 +42,14 @@ class Aggregate:
     ``apply(event)`` calls ``apply_<snake_case class name>``; override it to dispatch
     otherwise. ``record(event)`` applies a new event and keeps it in ``pending`` until the
     repository saves it. ``version`` is the stream version the state reflects.
+
+    Snapshots (optional, see Repository): define ``snapshot_state()`` returning a JSON-able
+    dict and ``restore_state(state)`` taking it back; raise ``snapshot_version`` whenever the
+    state's shape changes, so that older snapshots are ignored.
     """
 
     category: ClassVar[str]
+    snapshot_version: ClassVar[int] = 1
 
     def __init_subclass__(cls, *, category: str | None = None, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -75,16 +85,35 @@ class Aggregate:
         self.apply(event)
         self.pending.append(event)
 
+    def snapshot_state(self) -> dict[str, Any]:
+        raise NotImplementedError(f"{type(self).__qualname__} does not define snapshot_state()")
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError(f"{type(self).__qualname__} does not define restore_state()")
+
 
 class Repository(Generic[A]):
-    """Loads aggregates of one class from their streams and saves their new events."""
+    """Loads aggregates of one class from their streams and saves their new events.
 
-    def __init__(self, aggregate_class: type[A]) -> None:
+    ``snapshot_every=N`` stores the aggregate's ``snapshot_state()`` whenever a save crosses a
+    multiple of N versions (in the save's transaction), and ``load()`` starts from the latest
+    snapshot of the class's current ``snapshot_version``, reading only the events after it.
+    """
+
+    def __init__(self, aggregate_class: type[A], *, snapshot_every: int | None = None) -> None:
+        if snapshot_every is not None and (
+            not isinstance(snapshot_every, int) or snapshot_every < 1
+        ):
+            raise errors.ConfigurationError(
+                f"snapshot_every must be a positive int or None, got {snapshot_every!r}")
         self.aggregate_class = aggregate_class
+        self.snapshot_every = snapshot_every
 
     def load(self, id: str) -> A:
         """The aggregate with every stored event applied (version 0 if the stream is empty)."""
         aggregate = self.aggregate_class(id)
+        if self.snapshot_every:
+            self._restore(aggregate)
         while True:
             chunk = events.read_stream(aggregate.stream_name, start=aggregate.version + 1,
                                        limit=LOAD_CHUNK)
@@ -100,8 +129,29 @@ class Repository(Generic[A]):
         if not aggregate.pending:
             return aggregate.version
         expected = aggregate.version or NO_STREAM
-        version = events.append(aggregate.stream_name, aggregate.pending,
-                                expected_version=expected)
+        db = conf.get().DATABASE
+        with transaction.atomic(using=db):
+            version = events.append(aggregate.stream_name, aggregate.pending,
+                                    expected_version=expected)
+            every = self.snapshot_every
+            if every and version // every > aggregate.version // every:
+                self._store(aggregate, version)
         aggregate.version = version
         aggregate.pending = []
         return version
+
+    def _restore(self, aggregate: A) -> None:
+        with connections[conf.get().DATABASE].cursor() as cursor:
+            cursor.execute(_SQL["load_snapshot"], {"stream": aggregate.stream_name,
+                                                   "schema": aggregate.snapshot_version})
+            row = cursor.fetchone()
+        if row is not None:
+            aggregate.restore_state(json.loads(row[1]))
+            aggregate.version = row[0]
+
+    def _store(self, aggregate: A, version: int) -> None:
+        state = payloads.dumps(aggregate.snapshot_state())
+        with connections[conf.get().DATABASE].cursor() as cursor:
+            cursor.execute(_SQL["store_snapshot"], {
+                "stream": aggregate.stream_name, "version": version,
+                "schema": aggregate.snapshot_version, "state": state})

@@ -6,6 +6,7 @@ import pytest
 
 import pgmsg
 from pgmsg import errors
+from pgmsg.models import Snapshot
 from pgmsg_tests.testapp.events_handlers import Account, Step
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,3 +47,28 @@ def test_aggregate_declarations_are_checked():
             pass
     with pytest.raises(errors.ConfigurationError, match="no method apply_step"):
         Account("a3").record(Step(n=1))
+
+
+def test_snapshots_are_taken_every_n_versions_and_loading_starts_from_them():
+    accounts = pgmsg.Repository(Account, snapshot_every=3)
+    account = accounts.load("s1")
+    account.open("sue")
+    accounts.save(account)
+    for _ in range(4):
+        account.deposit(Decimal(1))
+        accounts.save(account)  # versions 2..5; crossing 3 takes a snapshot
+    snapshot = Snapshot.objects.get(stream_name="account-s1")
+    assert (snapshot.version, snapshot.state) == (3, {"owner": "sue", "balance": "2"})
+    # Loading replays only what follows the snapshot: a marked snapshot shows it.
+    Snapshot.objects.filter(pk="account-s1").update(state={"owner": "sue", "balance": "100"})
+    loaded = accounts.load("s1")
+    assert (loaded.version, loaded.balance) == (5, Decimal(102))
+    # A snapshot of another snapshot_version is ignored: the full stream is replayed.
+
+    class AccountV2(Account, category="account"):
+        snapshot_version = 2
+
+    fresh = pgmsg.Repository(AccountV2, snapshot_every=3).load("s1")
+    assert (fresh.version, fresh.balance) == (5, Decimal(4))
+    with pytest.raises(errors.ConfigurationError, match="snapshot_every must be"):
+        pgmsg.Repository(Account, snapshot_every=0)

@@ -24,6 +24,19 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.CreateModel(
+            name='Snapshot',
+            fields=[
+                ('stream_name', models.TextField(primary_key=True, serialize=False)),
+                ('version', models.IntegerField()),
+                ('schema', models.IntegerField()),
+                ('state', models.JSONField()),
+                ('taken_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+            ],
+            options={
+                'db_table': 'pgmsg_snapshot',
+            },
+        ),
+        migrations.CreateModel(
             name='SubscriptionPartition',
             fields=[
                 ('id', models.BigAutoField(primary_key=True, serialize=False)),

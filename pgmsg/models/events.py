@@ -69,6 +69,24 @@ class StoredEvent(models.Model):
         return f"{self.stream_name} v{self.version} {self.type} @{self.position}"
 
 
+class Snapshot(models.Model):
+    """The latest saved state of an event-sourced aggregate, to load long streams quickly."""
+
+    stream_name = models.TextField(primary_key=True)
+    #: The stream version the state reflects.
+    version = models.IntegerField()
+    #: The aggregate class's snapshot_version when taken; other values are ignored.
+    schema = models.IntegerField()
+    state = models.JSONField()
+    taken_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "pgmsg_snapshot"
+
+    def __str__(self) -> str:
+        return f"{self.stream_name} at v{self.version}"
+
+
 class SubscriptionPartition(models.Model):
     """Where one partition of a subscription stands: its checkpoint, and whether it is stopped.
 

@@ -50,6 +50,12 @@ class Account(pgmsg.Aggregate, category="account"):
             raise ValueError(f"account {self.id}: balance {self.balance} < {amount}")
         self.record(Withdrawn(amount=amount))
 
+    def snapshot_state(self) -> dict:
+        return {"owner": self.owner, "balance": str(self.balance)}
+
+    def restore_state(self, state: dict) -> None:
+        self.owner, self.balance = state["owner"], Decimal(state["balance"])
+
     def apply_opened(self, event: Opened) -> None:
         self.owner = event.owner
 
