@@ -64,8 +64,9 @@ def declare():
 
     counted = {"n": 0}
     for partitions in (1, 4):
-        sub = pgmsg.Subscription(f"bench-catchup-{partitions}", category="bench",
-                                 partitions=partitions)
+        sub = pgmsg.Subscription(
+            f"bench-catchup-{partitions}", category="bench", partitions=partitions
+        )
         sub.handler(Tick)(lambda recorded: counted.__setitem__("n", counted["n"] + 1))
 
     lag = pgmsg.Subscription("bench-lag", category="lag", partitions=1)
@@ -75,8 +76,9 @@ def declare():
         from django.db import connection
 
         with connection.cursor() as cursor:
-            cursor.execute("INSERT INTO bench_lag VALUES (%s, %s)",
-                           [recorded.event.sent_at, time.time()])
+            cursor.execute(
+                "INSERT INTO bench_lag VALUES (%s, %s)", [recorded.event.sent_at, time.time()]
+            )
 
     subscriptions.counted = counted
     return Tick
@@ -96,26 +98,31 @@ def show(rows: list[tuple[str, float]]) -> None:
 
 def raw_appends(url: str, single: int, batches: int) -> list[tuple[str, float]]:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE raw_event (id bigserial PRIMARY KEY, stream text NOT NULL, "
-                     "version int NOT NULL, data jsonb NOT NULL, message_id uuid UNIQUE, "
-                     "UNIQUE (stream, version))")
+        conn.execute(
+            "CREATE TABLE raw_event (id bigserial PRIMARY KEY, stream text NOT NULL, "
+            "version int NOT NULL, data jsonb NOT NULL, message_id uuid UNIQUE, "
+            "UNIQUE (stream, version))"
+        )
         t = time.perf_counter()
         for i in range(single):
-            conn.execute("INSERT INTO raw_event (stream, version, data, message_id) "
-                         "VALUES (%s, %s, %s, %s)",
-                         [f"raw-{i % 100}", i // 100 + 1, json.dumps({"n": i}), uuid.uuid4()])
+            conn.execute(
+                "INSERT INTO raw_event (stream, version, data, message_id) VALUES (%s, %s, %s, %s)",
+                [f"raw-{i % 100}", i // 100 + 1, json.dumps({"n": i}), uuid.uuid4()],
+            )
         out = [rate(f"raw INSERT, 1 row/tx (N={single})", single, time.perf_counter() - t)]
         conn.execute("TRUNCATE raw_event")
         t = time.perf_counter()
         for i in range(single):  # what append() also does: wake the workers at commit
             with conn.transaction():
-                conn.execute("INSERT INTO raw_event (stream, version, data, message_id) "
-                             "VALUES (%s, %s, %s, %s)",
-                             [f"raw-{i % 100}", i // 100 + 1, json.dumps({"n": i}),
-                              uuid.uuid4()])
+                conn.execute(
+                    "INSERT INTO raw_event (stream, version, data, message_id) "
+                    "VALUES (%s, %s, %s, %s)",
+                    [f"raw-{i % 100}", i // 100 + 1, json.dumps({"n": i}), uuid.uuid4()],
+                )
                 conn.execute("SELECT pg_notify('raw', 'events:raw')")
-        out.append(rate(f"raw INSERT + pg_notify, 1 row/tx (N={single})", single,
-                        time.perf_counter() - t))
+        out.append(
+            rate(f"raw INSERT + pg_notify, 1 row/tx (N={single})", single, time.perf_counter() - t)
+        )
         conn.execute("TRUNCATE raw_event")
         t = time.perf_counter()
         for b in range(batches):
@@ -123,10 +130,20 @@ def raw_appends(url: str, single: int, batches: int) -> list[tuple[str, float]]:
                 "INSERT INTO raw_event (stream, version, data, message_id) "
                 "SELECT %s, v, d::jsonb, i FROM unnest(%s::int[], %s::text[], %s::uuid[]) "
                 "AS r(v, d, i)",
-                [f"raw-{b}", list(range(1, 101)), [json.dumps({"n": n}) for n in range(100)],
-                 [uuid.uuid4() for _ in range(100)]])
-        out.append(rate(f"raw INSERT, 100 rows/tx (N={batches * 100})", batches * 100,
-                        time.perf_counter() - t))
+                [
+                    f"raw-{b}",
+                    list(range(1, 101)),
+                    [json.dumps({"n": n}) for n in range(100)],
+                    [uuid.uuid4() for _ in range(100)],
+                ],
+            )
+        out.append(
+            rate(
+                f"raw INSERT, 100 rows/tx (N={batches * 100})",
+                batches * 100,
+                time.perf_counter() - t,
+            )
+        )
     return out
 
 
@@ -137,18 +154,33 @@ def pgmsg_appends(single: int, batches: int) -> list[tuple[str, float]]:
     t = time.perf_counter()
     for i in range(single):
         pgmsg.append(f"append-{i % 100}", Tick(n=i))
-    out = [rate(f"pgmsg append(), 1 event/tx, expected ANY (N={single})", single,
-                time.perf_counter() - t)]
+    out = [
+        rate(
+            f"pgmsg append(), 1 event/tx, expected ANY (N={single})",
+            single,
+            time.perf_counter() - t,
+        )
+    ]
     t = time.perf_counter()
     for i in range(single):
         pgmsg.append(f"exact-{i % 100}", Tick(n=i), expected_version=i // 100)
-    out.append(rate(f"pgmsg append(), 1 event/tx, exact expected version (N={single})", single,
-                    time.perf_counter() - t))
+    out.append(
+        rate(
+            f"pgmsg append(), 1 event/tx, exact expected version (N={single})",
+            single,
+            time.perf_counter() - t,
+        )
+    )
     t = time.perf_counter()
     for b in range(batches):
         pgmsg.append(f"batch-{b}", [Tick(n=n) for n in range(100)])
-    out.append(rate(f"pgmsg append(), 100 events/tx (N={batches * 100})", batches * 100,
-                    time.perf_counter() - t))
+    out.append(
+        rate(
+            f"pgmsg append(), 100 events/tx (N={batches * 100})",
+            batches * 100,
+            time.perf_counter() - t,
+        )
+    )
     return out
 
 
@@ -162,11 +194,14 @@ def fill(url: str, count: int) -> None:
 
     Tick = declare()
     for start in range(0, count, 1000):
-        pgmsg.append(f"bench-{start // 1000 % 100}", [Tick(n=n) for n in range(start,
-                                                                              start + 1000)])
+        pgmsg.append(
+            f"bench-{start // 1000 % 100}", [Tick(n=n) for n in range(start, start + 1000)]
+        )
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE raw_read AS SELECT position AS id, stream_name, version, "
-                     "type, data, metadata, message_id FROM pgmsg_event WHERE category = 'bench'")
+        conn.execute(
+            "CREATE TABLE raw_read AS SELECT position AS id, stream_name, version, "
+            "type, data, metadata, message_id FROM pgmsg_event WHERE category = 'bench'"
+        )
         conn.execute("ALTER TABLE raw_read ADD PRIMARY KEY (id)")
         conn.execute("VACUUM ANALYZE")
 
@@ -177,16 +212,22 @@ def raw_reads(url: str, count: int) -> list[tuple[str, float]]:
         for page in (100, 1000):
             t, last, seen = time.perf_counter(), 0, 0
             while rows := conn.execute(
-                    "SELECT id, stream_name, version, type, data::text, metadata::text, "
-                    "message_id FROM raw_read WHERE id > %s ORDER BY id LIMIT %s",
-                    [last, page]).fetchall():
+                "SELECT id, stream_name, version, type, data::text, metadata::text, "
+                "message_id FROM raw_read WHERE id > %s ORDER BY id LIMIT %s",
+                [last, page],
+            ).fetchall():
                 for row in rows:
                     json.loads(row[4])
                 seen += len(rows)
                 last = rows[-1][0]
             assert seen == count, seen
-            out.append(rate(f"raw keyset SELECT + json.loads, {page}/page (N={count})", count,
-                            time.perf_counter() - t))
+            out.append(
+                rate(
+                    f"raw keyset SELECT + json.loads, {page}/page (N={count})",
+                    count,
+                    time.perf_counter() - t,
+                )
+            )
     return out
 
 
@@ -209,12 +250,22 @@ def pgmsg_reads(count: int) -> list[tuple[str, float]]:
             subscriptions.reset(name)
             subscriptions.counted["n"] = 0
             t = time.perf_counter()
-            Worker(subscriptions=[name], until_idle=True, install_signal_handlers=False,
-                   batch_size=batch).run()
+            Worker(
+                subscriptions=[name],
+                until_idle=True,
+                install_signal_handlers=False,
+                batch_size=batch,
+            ).run()
             elapsed = time.perf_counter() - t
             assert subscriptions.counted["n"] == count, subscriptions.counted
-            out.append(rate(f"pgmsg subscription catch-up, {partitions} partition(s), "
-                            f"batch {batch} (N={count})", count, elapsed))
+            out.append(
+                rate(
+                    f"pgmsg subscription catch-up, {partitions} partition(s), "
+                    f"batch {batch} (N={count})",
+                    count,
+                    elapsed,
+                )
+            )
     return out
 
 
@@ -237,8 +288,9 @@ def raw_listener(url: str) -> None:
             # Leave the notifies() generator before using the connection again.
             if not list(conn.notifies(timeout=1.0, stop_after=1)):
                 continue
-            rows = conn.execute("SELECT id, sent FROM raw_lag_q WHERE id > %s ORDER BY id",
-                                [last]).fetchall()
+            rows = conn.execute(
+                "SELECT id, sent FROM raw_lag_q WHERE id > %s ORDER BY id", [last]
+            ).fetchall()
             now = time.time()
             for id_, sent in rows:
                 conn.execute("INSERT INTO raw_lag_result VALUES (%s, %s)", [sent, now])
@@ -248,8 +300,11 @@ def raw_listener(url: str) -> None:
 def wait_listening(url: str, query: str) -> None:
     deadline = time.time() + 60
     with psycopg.connect(url, autocommit=True) as conn:
-        while not conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                               "current_database() AND query = %s", [query]).fetchone()[0]:
+        while not conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+            "current_database() AND query = %s",
+            [query],
+        ).fetchone()[0]:
             if time.time() > deadline:
                 raise SystemExit(f"no session ran {query!r} within 60 s")
             time.sleep(0.05)
@@ -314,8 +369,10 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    print(f"pgmsg event store benchmark, {time.strftime('%Y-%m-%d %H:%M %Z')}, "
-          f"{os.cpu_count()} CPU(s), database {SCRATCH_DB}")
+    print(
+        f"pgmsg event store benchmark, {time.strftime('%Y-%m-%d %H:%M %Z')}, "
+        f"{os.cpu_count()} CPU(s), database {SCRATCH_DB}"
+    )
     print("\nAppends")
     show(raw_appends(url, args.single, args.batches))
     show(pgmsg_appends(args.single, args.batches))
@@ -323,8 +380,10 @@ def main() -> None:
     fill(url, args.events)
     show(raw_reads(url, args.events))
     show(pgmsg_reads(args.events))
-    print(f"\nEnd-to-end lag, {args.lag_count} events {args.lag_gap * 1000:.0f} ms apart "
-          "(commit to handler)")
+    print(
+        f"\nEnd-to-end lag, {args.lag_count} events {args.lag_gap * 1000:.0f} ms apart "
+        "(commit to handler)"
+    )
     ours, raw = lag(url, args.lag_count, args.lag_gap)
     print(f"  raw INSERT + NOTIFY -> LISTENing process SELECTs   {raw}")
     print(f"  pgmsg append -> subscription worker handler        {ours}")

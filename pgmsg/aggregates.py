@@ -105,7 +105,8 @@ class Repository(Generic[A]):
             not isinstance(snapshot_every, int) or snapshot_every < 1
         ):
             raise errors.ConfigurationError(
-                f"snapshot_every must be a positive int or None, got {snapshot_every!r}")
+                f"snapshot_every must be a positive int or None, got {snapshot_every!r}"
+            )
         self.aggregate_class = aggregate_class
         self.snapshot_every = snapshot_every
 
@@ -115,8 +116,9 @@ class Repository(Generic[A]):
         if self.snapshot_every:
             self._restore(aggregate)
         while True:
-            chunk = events.read_stream(aggregate.stream_name, start=aggregate.version + 1,
-                                       limit=LOAD_CHUNK)
+            chunk = events.read_stream(
+                aggregate.stream_name, start=aggregate.version + 1, limit=LOAD_CHUNK
+            )
             for recorded in chunk:
                 aggregate.apply(recorded.event)
                 aggregate.version = recorded.version
@@ -131,8 +133,9 @@ class Repository(Generic[A]):
         expected = aggregate.version or NO_STREAM
         db = conf.get().DATABASE
         with transaction.atomic(using=db):
-            version = events.append(aggregate.stream_name, aggregate.pending,
-                                    expected_version=expected)
+            version = events.append(
+                aggregate.stream_name, aggregate.pending, expected_version=expected
+            )
             every = self.snapshot_every
             if every and version // every > aggregate.version // every:
                 self._store(aggregate, version)
@@ -142,8 +145,10 @@ class Repository(Generic[A]):
 
     def _restore(self, aggregate: A) -> None:
         with connections[conf.get().DATABASE].cursor() as cursor:
-            cursor.execute(_SQL["load_snapshot"], {"stream": aggregate.stream_name,
-                                                   "schema": aggregate.snapshot_version})
+            cursor.execute(
+                _SQL["load_snapshot"],
+                {"stream": aggregate.stream_name, "schema": aggregate.snapshot_version},
+            )
             row = cursor.fetchone()
         if row is not None:
             aggregate.restore_state(json.loads(row[1]))
@@ -152,6 +157,12 @@ class Repository(Generic[A]):
     def _store(self, aggregate: A, version: int) -> None:
         state = payloads.dumps(aggregate.snapshot_state())
         with connections[conf.get().DATABASE].cursor() as cursor:
-            cursor.execute(_SQL["store_snapshot"], {
-                "stream": aggregate.stream_name, "version": version,
-                "schema": aggregate.snapshot_version, "state": state})
+            cursor.execute(
+                _SQL["store_snapshot"],
+                {
+                    "stream": aggregate.stream_name,
+                    "version": version,
+                    "schema": aggregate.snapshot_version,
+                    "state": state,
+                },
+            )

@@ -125,8 +125,11 @@ def event_class(type_name: str) -> type[Event]:
 
 def _data_of(event: Event) -> str:
     return payloads.dumps(
-        {f.name: getattr(event, f.name) for f in dataclasses.fields(event)
-         if f.name not in _ENVELOPE_FIELDS}
+        {
+            f.name: getattr(event, f.name)
+            for f in dataclasses.fields(event)
+            if f.name not in _ENVELOPE_FIELDS
+        }
     )
 
 
@@ -221,8 +224,17 @@ class RecordedEvent:
     @classmethod
     def from_row(cls, row: tuple) -> RecordedEvent:
         position, xid, stream, version, type_, data, metadata, message_id, recorded_at = row
-        return cls(position, int(xid), stream, version, type_, json.loads(data),
-                   json.loads(metadata), message_id, recorded_at)
+        return cls(
+            position,
+            int(xid),
+            stream,
+            version,
+            type_,
+            json.loads(data),
+            json.loads(metadata),
+            message_id,
+            recorded_at,
+        )
 
 
 # -- appending -----------------------------------------------------------------------------------
@@ -261,8 +273,9 @@ def append(
                 f"append to {stream!r}: {event!r} is not an instance of a pgmsg.Event subclass"
             )
         if not isinstance(event.metadata, dict):
-            raise errors.PayloadError(f"metadata of {event!r} must be a dict, got "
-                                      f"{event.metadata!r}")
+            raise errors.PayloadError(
+                f"metadata of {event!r} must be a dict, got {event.metadata!r}"
+            )
         if cause is not None and "causation_id" not in event.metadata:
             event.follows(cause)
         types.append(event.pgmsg_type)
@@ -270,11 +283,20 @@ def append(
         metadata.append(payloads.dumps(event.metadata))
         ids.append(_message_id(event))
     if len(set(ids)) != len(ids):
-        raise errors.DuplicateMessageId(f"append to {stream!r}: a message id appears twice: "
-                                        f"{sorted(str(i) for i in ids if ids.count(i) > 1)}")
+        raise errors.DuplicateMessageId(
+            f"append to {stream!r}: a message id appears twice: "
+            f"{sorted(str(i) for i in ids if ids.count(i) > 1)}"
+        )
 
-    params = {"stream": stream, "category": category_of(stream), "count": len(batch),
-              "types": types, "data": data, "metadata": metadata, "ids": ids}
+    params = {
+        "stream": stream,
+        "category": category_of(stream),
+        "count": len(batch),
+        "types": types,
+        "data": data,
+        "metadata": metadata,
+        "ids": ids,
+    }
     db = conf.get().DATABASE
     try:
         with transaction.atomic(using=db), connections[db].cursor() as cursor:
@@ -298,7 +320,8 @@ def append(
         if version is None:  # an id stored meanwhile by an append to another stream
             raise errors.DuplicateMessageId(
                 f"append to {stream!r}: a message id was stored by another append meanwhile; "
-                "nothing written")
+                "nothing written"
+            )
         return version
 
 
@@ -397,8 +420,9 @@ def read_all(
     with connections[conf.get().DATABASE].cursor() as cursor:
         cursor.execute(_SQL["snapshot_xmin"])
         xmin = int(cursor.fetchone()[0])
-        return read_ordered(cursor, after=after, xmin=xmin, category=category, types=types,
-                            limit=limit)
+        return read_ordered(
+            cursor, after=after, xmin=xmin, category=category, types=types, limit=limit
+        )
 
 
 def read_ordered(
@@ -415,15 +439,26 @@ def read_ordered(
     key_source, key) for subscriptions."""
     if category is not None:
         validate_category(category)
-    type_names = None if types is None else sorted(
-        t.pgmsg_type if isinstance(t, type) else str(t) for t in types
+    type_names = (
+        None
+        if types is None
+        else sorted(t.pgmsg_type if isinstance(t, type) else str(t) for t in types)
     )
     index, count, key_source, key = partition or (0, 1, "stream", "")
     cursor.execute(
         _SQL["read_ordered"],
-        {"xid": str(after[0]), "position": after[1], "xmin": str(xmin), "category": category,
-         "types": type_names, "partitions": count, "partition": index, "key_source": key_source,
-         "key": key, "limit": limit},
+        {
+            "xid": str(after[0]),
+            "position": after[1],
+            "xmin": str(xmin),
+            "category": category,
+            "types": type_names,
+            "partitions": count,
+            "partition": index,
+            "key_source": key_source,
+            "key": key,
+            "limit": limit,
+        },
     )
     return [RecordedEvent.from_row(row) for row in cursor.fetchall()]
 

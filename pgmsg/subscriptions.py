@@ -52,8 +52,7 @@ class Subscription:
     start: Literal["beginning", "now"] = "beginning"
     max_attempts: int | None = None
     #: Handlers by event type name; None holds the handlers of every type.
-    handlers: dict[str | None, list[Handler]] = dataclasses.field(default_factory=dict,
-                                                                  repr=False)
+    handlers: dict[str | None, list[Handler]] = dataclasses.field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         channels.validate_name(self.name, kind="subscription")
@@ -86,8 +85,10 @@ class Subscription:
         transaction that moves the partition's checkpoint.
         """
         names: list[str | None] = [
-            t.pgmsg_type if isinstance(t, type) and issubclass(t, events.Event)
-            else _type_name(self.name, t) for t in types
+            t.pgmsg_type
+            if isinstance(t, type) and issubclass(t, events.Event)
+            else _type_name(self.name, t)
+            for t in types
         ] or [None]
 
         def decorator(func: Handler) -> Handler:
@@ -186,8 +187,10 @@ def ensure_partitions(sub: Subscription, cursor) -> None:
     cursor.execute(_SQL["partition_count"], {"subscription": sub.name})
     count, highest = cursor.fetchone()
     if count == 0:
-        cursor.execute(_SQL["create_partitions"], {
-            "subscription": sub.name, "count": sub.partitions, "from_now": sub.start == "now"})
+        cursor.execute(
+            _SQL["create_partitions"],
+            {"subscription": sub.name, "count": sub.partitions, "from_now": sub.start == "now"},
+        )
     elif count != sub.partitions or highest != sub.partitions - 1:
         raise errors.ConfigurationError(
             f"subscription {sub.name!r} declares {sub.partitions} partitions but the database "
@@ -221,8 +224,9 @@ class SubscriptionSource:
 
     def seconds_until_due(self, worker: wk.Worker) -> float | None:
         with connections[worker.database].cursor() as cursor:
-            cursor.execute(_SQL["seconds_until_due"], {"subscription": self.sub.name,
-                                                       "partitions": self.mine})
+            cursor.execute(
+                _SQL["seconds_until_due"], {"subscription": self.sub.name, "partitions": self.mine}
+            )
             return cursor.fetchone()[0]
 
     def process_batch(self, worker: wk.Worker) -> int:
@@ -234,8 +238,9 @@ class SubscriptionSource:
                 self._ready = True
             cursor.execute(events._SQL["snapshot_xmin"])
             xmin = int(cursor.fetchone()[0])
-            cursor.execute(_SQL["due_partitions"], {"subscription": self.sub.name,
-                                                    "partitions": self.mine})
+            cursor.execute(
+                _SQL["due_partitions"], {"subscription": self.sub.name, "partitions": self.mine}
+            )
             rows = cursor.fetchall()
             if not rows:
                 return 0
@@ -244,12 +249,24 @@ class SubscriptionSource:
             # One cheap look for the whole subscription before a transaction per partition:
             # when nothing it handles lies between its lowest checkpoint and the horizon,
             # every partition may move to the horizon at once.
-            if not events.read_ordered(cursor, after=lowest, xmin=xmin,
-                                       category=self.sub.category, types=self.sub.types,
-                                       limit=1):
-                cursor.execute(_SQL["advance_idle"], {
-                    "subscription": self.sub.name, "partitions": due, "xid": xmin,
-                    "low_xid": lowest.transaction_id, "low_position": lowest.position})
+            if not events.read_ordered(
+                cursor,
+                after=lowest,
+                xmin=xmin,
+                category=self.sub.category,
+                types=self.sub.types,
+                limit=1,
+            ):
+                cursor.execute(
+                    _SQL["advance_idle"],
+                    {
+                        "subscription": self.sub.name,
+                        "partitions": due,
+                        "xid": xmin,
+                        "low_xid": lowest.transaction_id,
+                        "low_position": lowest.position,
+                    },
+                )
                 return 0
         claimed = 0
         for partition in due:
@@ -265,15 +282,20 @@ class SubscriptionSource:
             # horizon back to itself.
             cursor.execute(events._SQL["snapshot_xmin"])
             xmin = int(cursor.fetchone()[0])
-            cursor.execute(_SQL["lock_partition"], {"subscription": sub.name,
-                                                    "partition": partition})
+            cursor.execute(
+                _SQL["lock_partition"], {"subscription": sub.name, "partition": partition}
+            )
             row = cursor.fetchone()
             if row is None:
                 return 0  # another worker holds it, or it is stopped or backing off
             id_, checkpoint_xid, checkpoint_position, attempts = row
             start = Checkpoint(checkpoint_xid, checkpoint_position)
             batch = events.read_ordered(
-                cursor, after=start, xmin=xmin, category=sub.category, types=sub.types,
+                cursor,
+                after=start,
+                xmin=xmin,
+                category=sub.category,
+                types=sub.types,
                 partition=(partition, sub.partitions, sub.key_source, sub.key),
                 limit=worker.batch_size,
             )
@@ -309,12 +331,25 @@ class SubscriptionSource:
                 # start at the horizon instead of re-scanning other partitions' events.
                 reached = max(reached, Checkpoint(xmin, 0))
             if failure is not None:
-                self._fail(cursor, id_, partition, reached, handled, attempts if handled == 0
-                           else 0, *failure)
+                self._fail(
+                    cursor,
+                    id_,
+                    partition,
+                    reached,
+                    handled,
+                    attempts if handled == 0 else 0,
+                    *failure,
+                )
             elif reached != start or handled or attempts:
-                cursor.execute(_SQL["advance"], {
-                    "id": id_, "xid": reached.transaction_id,
-                    "position": reached.position, "handled": handled})
+                cursor.execute(
+                    _SQL["advance"],
+                    {
+                        "id": id_,
+                        "xid": reached.transaction_id,
+                        "position": reached.position,
+                        "handled": handled,
+                    },
+                )
         worker.handled += handled
         return len(batch)
 
@@ -327,8 +362,17 @@ class SubscriptionSource:
             wk._current.reset(token)
             events._cause.reset(cause)
 
-    def _fail(self, cursor, id_: int, partition: int, reached: Checkpoint, handled: int,
-              attempts: int, recorded: RecordedEvent, exc: Exception) -> None:
+    def _fail(
+        self,
+        cursor,
+        id_: int,
+        partition: int,
+        reached: Checkpoint,
+        handled: int,
+        attempts: int,
+        recorded: RecordedEvent,
+        exc: Exception,
+    ) -> None:
         max_attempts = self.sub.max_attempts or conf.get().MAX_ATTEMPTS
         permanent = isinstance(exc, PERMANENT_ERRORS)
         stop = permanent or attempts + 1 >= max_attempts
@@ -337,13 +381,29 @@ class SubscriptionSource:
             text = "not retried: this event cannot succeed on a retry\n" + text
         logger.warning(
             "pgmsg: subscription %r partition %s: event %s (%s v%s, %s) failed (attempt %s%s): %s",
-            self.sub.name, partition, recorded.position, recorded.stream_name, recorded.version,
-            recorded.type, attempts + 1, ", partition stopped" if stop else "", exc,
+            self.sub.name,
+            partition,
+            recorded.position,
+            recorded.stream_name,
+            recorded.version,
+            recorded.type,
+            attempts + 1,
+            ", partition stopped" if stop else "",
+            exc,
         )
-        cursor.execute(_SQL["fail"], {
-            "id": id_, "xid": reached.transaction_id, "position": reached.position,
-            "handled": handled, "error": text, "failed_position": recorded.position,
-            "stop": stop, "delay": 0.0 if stop else wk.retry_delay(attempts)})
+        cursor.execute(
+            _SQL["fail"],
+            {
+                "id": id_,
+                "xid": reached.transaction_id,
+                "position": reached.position,
+                "handled": handled,
+                "error": text,
+                "failed_position": recorded.position,
+                "stop": stop,
+                "delay": 0.0 if stop else wk.retry_delay(attempts),
+            },
+        )
 
 
 def worker_sources(options: wk.SourceOptions) -> list[SubscriptionSource]:
@@ -362,8 +422,10 @@ def worker_sources(options: wk.SourceOptions) -> list[SubscriptionSource]:
         subs = [s for s in registry.subscriptions.values() if any(s.handlers.values())]
     else:
         subs = []
-    return [SubscriptionSource(sub, options.partition)
-            for sub in sorted(set(subs), key=lambda s: s.name)]
+    return [
+        SubscriptionSource(sub, options.partition)
+        for sub in sorted(set(subs), key=lambda s: s.name)
+    ]
 
 
 # -- operations ----------------------------------------------------------------------------------
@@ -374,7 +436,8 @@ def status(name: str | None = None) -> list:
     from pgmsg.models import SubscriptionPartition
 
     rows = SubscriptionPartition.objects.using(conf.get().DATABASE).order_by(
-        "subscription", "partition")
+        "subscription", "partition"
+    )
     return list(rows.filter(subscription=name) if name is not None else rows)
 
 
@@ -395,15 +458,21 @@ def _operate(statement: str, name: str, partitions: Iterable[int] | None, **para
     db = conf.get().DATABASE
     with transaction.atomic(using=db), connections[db].cursor() as cursor:
         ensure_partitions(sub, cursor)
-        cursor.execute(_SQL[statement], {"subscription": name,
-                                         "partitions": _partitions_arg(sub, partitions), **params})
+        cursor.execute(
+            _SQL[statement],
+            {"subscription": name, "partitions": _partitions_arg(sub, partitions), **params},
+        )
         count = cursor.rowcount
         cursor.execute(_SQL["wake"], {"payload": WAKE_PREFIX})
     return count
 
 
-def reset(name: str, *, to: int | Literal["beginning", "end"] = "beginning",
-          partitions: Iterable[int] | None = None) -> int:
+def reset(
+    name: str,
+    *,
+    to: int | Literal["beginning", "end"] = "beginning",
+    partitions: Iterable[int] | None = None,
+) -> int:
     """Move a subscription's partitions (default: all) to a point and make them active again:
     ``"beginning"`` (replay everything), ``"end"`` (pass over everything stored now), or a
     position (handle what is read after the event at that position). Waits for workers that
@@ -416,9 +485,13 @@ def reset(name: str, *, to: int | Literal["beginning", "end"] = "beginning",
         point = events.checkpoint_of(to) if to else events.START
     else:
         raise errors.ConfigurationError(
-            f"reset {name!r}: 'to' must be 'beginning', 'end' or a position, got {to!r}")
+            f"reset {name!r}: 'to' must be 'beginning', 'end' or a position, got {to!r}"
+        )
     return _operate(
-        "reset", name, partitions, to_end=point is None,
+        "reset",
+        name,
+        partitions,
+        to_end=point is None,
         xid=0 if point is None else point.transaction_id,
         position=0 if point is None else point.position,
     )

@@ -43,8 +43,10 @@ def test_a_new_aggregate_saved_twice_concurrently_is_created_once():
 
 def test_aggregate_declarations_are_checked():
     with pytest.raises(errors.ConfigurationError, match="give the stream category"):
+
         class NoCategory(pgmsg.Aggregate):
             pass
+
     with pytest.raises(errors.ConfigurationError, match="no method apply_step"):
         Account("a3").record(Step(n=1))
 

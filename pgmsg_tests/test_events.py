@@ -21,13 +21,20 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_append_gives_versions_and_positions_and_reads_back_typed_events():
     assert pgmsg.append("account-1", Opened(owner="ann")) == 1
-    assert pgmsg.append("account-1", [Deposited(amount=Decimal("10.50")),
-                                      Withdrawn(amount=Decimal("0.50"))]) == 3
+    assert (
+        pgmsg.append(
+            "account-1", [Deposited(amount=Decimal("10.50")), Withdrawn(amount=Decimal("0.50"))]
+        )
+        == 3
+    )
     read = pgmsg.read_stream("account-1")
     assert [r.version for r in read] == [1, 2, 3]
     assert read[0].position < read[1].position < read[2].position
-    assert [r.event for r in read] == [Opened(owner="ann"), Deposited(amount=Decimal("10.50")),
-                                       Withdrawn(amount=Decimal("0.50"))]
+    assert [r.event for r in read] == [
+        Opened(owner="ann"),
+        Deposited(amount=Decimal("10.50")),
+        Withdrawn(amount=Decimal("0.50")),
+    ]
     assert type(read[1].event.amount) is Decimal
     assert [r.type for r in read] == ["test.opened", "test.deposited", "test.withdrawn"]
     assert read[0].category == "account"
@@ -51,14 +58,16 @@ def test_expected_version_exact_no_stream_and_any():
         pgmsg.append("account-2", Opened(owner="bo"), expected_version=pgmsg.NO_STREAM)
     assert (caught.value.stream, caught.value.actual) == ("account-2", 1)
     assert "stream 'account-2' is at version 1, but the append expected pgmsg.NO_STREAM" in str(
-        caught.value)
+        caught.value
+    )
     assert pgmsg.append("account-2", Deposited(amount=Decimal(1)), expected_version=1) == 2
     with pytest.raises(errors.ConcurrencyError, match="at version 2, but the append expected 1"):
         pgmsg.append("account-2", Deposited(amount=Decimal(1)), expected_version=1)
     assert pgmsg.append("account-2", Deposited(amount=Decimal(1)), expected_version=pgmsg.ANY) == 3
     assert pgmsg.append("account-3", Deposited(amount=Decimal(1)), expected_version=0) == 1
-    with pytest.raises(errors.ConcurrencyError, match="'account-13' is at version 0, but the "
-                                                      "append expected 4"):
+    with pytest.raises(
+        errors.ConcurrencyError, match="'account-13' is at version 0, but the append expected 4"
+    ):
         pgmsg.append("account-13", Deposited(amount=Decimal(1)), expected_version=4)
     assert not Stream.objects.filter(name="account-13").exists()
 
@@ -89,15 +98,19 @@ def test_appends_to_several_streams_commit_or_roll_back_together():
         pgmsg.append("account-6", Opened(owner="ed"))
         pgmsg.append("account-7", Opened(owner="fay"))
     assert sorted(StoredEvent.objects.values_list("stream_name", flat=True)) == [
-        "account-6", "account-7"]
+        "account-6",
+        "account-7",
+    ]
 
 
 def test_re_appending_stored_message_ids_is_a_no_op_that_returns_the_stored_version():
     first = [Deposited(amount=Decimal(1)), Deposited(amount=Decimal(2))]
     assert pgmsg.append("account-8", first, expected_version=pgmsg.NO_STREAM) == 2
     pgmsg.append("account-8", Deposited(amount=Decimal(3)))
-    retried = [Deposited(amount=Decimal(1), message_id=first[0].message_id),
-               Deposited(amount=Decimal(2), message_id=first[1].message_id)]
+    retried = [
+        Deposited(amount=Decimal(1), message_id=first[0].message_id),
+        Deposited(amount=Decimal(2), message_id=first[1].message_id),
+    ]
     # A retried command: same ids, stale expected version; nothing new, no error.
     assert pgmsg.append("account-8", retried, expected_version=pgmsg.NO_STREAM) == 2
     assert StoredEvent.objects.filter(stream_name="account-8").count() == 3
@@ -108,8 +121,9 @@ def test_partly_stored_or_foreign_message_ids_are_refused():
     pgmsg.append("account-9", stored)
     fresh = Deposited(amount=Decimal(2))
     with pytest.raises(errors.DuplicateMessageId, match="some message ids are stored already"):
-        pgmsg.append("account-9", [Deposited(amount=Decimal(1), message_id=stored.message_id),
-                                   fresh])
+        pgmsg.append(
+            "account-9", [Deposited(amount=Decimal(1), message_id=stored.message_id), fresh]
+        )
     with pytest.raises(errors.DuplicateMessageId, match="already stored in other streams"):
         pgmsg.append("account-10", Deposited(amount=Decimal(1), message_id=stored.message_id))
     twice = uuid.uuid4()
@@ -118,10 +132,22 @@ def test_partly_stored_or_foreign_message_ids_are_refused():
     assert StoredEvent.objects.count() == 1
 
 
-@pytest.mark.parametrize("name", [
-    "account", "-1", "Account-1", "acc ount-1", "account-", "account-1 2", "account-1;drop",
-    "a" * 58 + "-1", "account-" + "x" * 200, None, 12,
-])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "account",
+        "-1",
+        "Account-1",
+        "acc ount-1",
+        "account-",
+        "account-1 2",
+        "account-1;drop",
+        "a" * 58 + "-1",
+        "account-" + "x" * 200,
+        None,
+        12,
+    ],
+)
 def test_invalid_stream_names_are_refused_quoting_the_name(name):
     with pytest.raises(errors.InvalidStreamName) as caught:
         pgmsg.append(name, Step(n=1))
@@ -144,12 +170,17 @@ def test_bad_appends_are_refused_with_the_reason():
 
 def test_event_types_must_be_valid_and_unique():
     with pytest.raises(errors.ConfigurationError, match="invalid event type 'bad type'"):
+
         class Bad(pgmsg.Event, type="bad type"):
             x: int
+
     with pytest.raises(errors.ConfigurationError, match="'test.step' is declared twice"):
+
         class Step(pgmsg.Event, type="test.step"):
             n: int
+
     with pytest.raises(errors.ConfigurationError, match="cannot be carried"):
+
         class Odd(pgmsg.Event, type="test.odd"):
             x: object.__class__
 
@@ -169,7 +200,8 @@ def test_unknown_stored_types_raise_when_decoded():
         cursor.execute(
             "INSERT INTO pgmsg_event (stream_name, category, version, type, data, metadata, "
             "message_id) VALUES ('seq-9', 'seq', 1, 'gone.type', '{}', '{}', %s)",
-            [uuid.uuid4()])
+            [uuid.uuid4()],
+        )
     recorded = pgmsg.read_stream("seq-9")[0]
     with pytest.raises(errors.UnknownEventType, match="no Event class has type 'gone.type'"):
         recorded.event  # noqa: B018
@@ -185,10 +217,17 @@ def test_read_all_pages_through_everything_by_checkpoint_with_filters():
         everything += page
         after = page[-1].checkpoint
     assert [(r.stream_name, r.version) for r in everything] == [
-        ("account-1", 1), ("account-1", 2), ("seq-1", 1), ("seq-1", 2), ("account-2", 1)]
+        ("account-1", 1),
+        ("account-1", 2),
+        ("seq-1", 1),
+        ("seq-1", 2),
+        ("account-2", 1),
+    ]
     assert [r.type for r in pgmsg.read_all(category="seq")] == ["test.step", "test.step"]
     assert [r.stream_name for r in pgmsg.read_all(types=[Deposited, "test.withdrawn"])] == [
-        "account-1", "account-2"]
+        "account-1",
+        "account-2",
+    ]
     with pytest.raises(errors.InvalidStreamName):
         pgmsg.read_all(category="Bad-category")
 
@@ -202,8 +241,11 @@ def test_read_all_does_not_return_events_of_transactions_still_open():
         other.append("seq-2", Step(n=2))  # uncommitted: not visible anyway
         pgmsg.append("seq-3", Step(n=3))  # committed, but by a later transaction
         assert [r.stream_name for r in pgmsg.read_all()] == ["seq-1"]
-    wait_for(lambda: [r.stream_name for r in pgmsg.read_all()] == ["seq-1", "seq-2", "seq-3"],
-             message="both later events readable, in transaction order", timeout=180)
+    wait_for(
+        lambda: [r.stream_name for r in pgmsg.read_all()] == ["seq-1", "seq-2", "seq-3"],
+        message="both later events readable, in transaction order",
+        timeout=180,
+    )
 
 
 def test_a_stream_keeps_version_order_in_read_all_when_an_older_transaction_appends_later():
@@ -224,6 +266,10 @@ def test_read_order_compares_transaction_ids_as_numbers():
             cursor.execute(
                 "INSERT INTO pgmsg_event (stream_name, category, version, type, data, metadata, "
                 "message_id, transaction_id) VALUES (%s, 'seq', 1, 'test.step', '{\"n\": 1}', "
-                "'{}', gen_random_uuid(), %s::xid8)", [stream, xid])
+                "'{}', gen_random_uuid(), %s::xid8)",
+                [stream, xid],
+            )
     assert [(r.stream_name, r.transaction_id) for r in pgmsg.read_all()] == [
-        ("seq-a", 9), ("seq-b", 10)]
+        ("seq-a", 9),
+        ("seq-b", 10),
+    ]

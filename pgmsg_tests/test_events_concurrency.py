@@ -127,8 +127,11 @@ def test_a_reader_sees_late_commits_that_a_position_reader_would_skip():
         slow_position = slow.call(lambda: StoredEvent.objects.get(stream_name="seq-slow").position)
         assert slow_position < fast_position  # a "position > last seen" reader would skip it
         assert pgmsg.read_all() == []  # the horizon holds back the committed fast event
-    wait_for(lambda: [r.stream_name for r in pgmsg.read_all()] == ["seq-slow", "seq-fast"],
-             message="both events readable, slow first", timeout=180)
+    wait_for(
+        lambda: [r.stream_name for r in pgmsg.read_all()] == ["seq-slow", "seq-fast"],
+        message="both events readable, slow first",
+        timeout=180,
+    )
 
 
 def test_overlapping_writers_committing_out_of_order_lose_nothing_for_a_concurrent_reader():

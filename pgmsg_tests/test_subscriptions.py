@@ -27,15 +27,19 @@ HORIZON_TIMEOUT = 180
 
 
 def drain(name: str, *, batch_size: int | None = None) -> Worker:
-    worker = Worker(subscriptions=[name], until_idle=True, install_signal_handlers=False,
-                    batch_size=batch_size)
+    worker = Worker(
+        subscriptions=[name], until_idle=True, install_signal_handlers=False, batch_size=batch_size
+    )
     worker.run()
     return worker
 
 
 def drain_until(name: str, predicate, *, message: str, batch_size: int | None = None):
-    return wait_for(lambda: (drain(name, batch_size=batch_size), predicate())[1],
-                    message=message, timeout=HORIZON_TIMEOUT)
+    return wait_for(
+        lambda: (drain(name, batch_size=batch_size), predicate())[1],
+        message=message,
+        timeout=HORIZON_TIMEOUT,
+    )
 
 
 def effects(channel: str) -> list[Effect]:
@@ -52,22 +56,26 @@ def test_each_event_is_handled_once_in_stream_order_across_batches():
     for round_ in range(3):
         for s in range(5):
             pgmsg.append(f"seq-{s}", [Step(n=round_ * 10 + i) for i in range(4)])
-    drain_until("test-seq", lambda: len(effects("sub.seq")) == 60, batch_size=7,
-                message="60 steps handled")
+    drain_until(
+        "test-seq", lambda: len(effects("sub.seq")) == 60, batch_size=7, message="60 steps handled"
+    )
     drain("test-seq")
     handled = effects("sub.seq")
     assert len({e.key for e in handled}) == 60
     for s in range(5):
         assert [e.data["version"] for e in handled if e.listener == f"seq-{s}"] == list(
-            range(1, 13))
+            range(1, 13)
+        )
     rows = SubscriptionPartition.objects.filter(subscription="test-seq")
     assert sorted(r.partition for r in rows) == [0, 1, 2, 3]
     assert sum(r.handled for r in rows) == 60
 
 
 def test_only_handled_types_of_the_category_reach_the_handlers():
-    pgmsg.append("account-1", [Opened(owner="ann"), Deposited(amount=Decimal(5)),
-                               Withdrawn(amount=Decimal(2))])
+    pgmsg.append(
+        "account-1",
+        [Opened(owner="ann"), Deposited(amount=Decimal(5)), Withdrawn(amount=Decimal(2))],
+    )
     pgmsg.append("seq-1", Step(n=1))  # another category
     drain_until("test-ledger", lambda: len(effects("sub.ledger")) == 2, message="2 handled")
     assert [e.data["amount"] for e in effects("sub.ledger")] == ["5", "-2"]
@@ -90,8 +98,9 @@ def test_a_failing_event_stops_its_partition_only_and_is_reported_until_skipped(
     bad = partition_of(bad_stream, 2)
 
     def stopped():
-        return SubscriptionPartition.objects.filter(subscription="test-fragile",
-                                                    status="stopped").first()
+        return SubscriptionPartition.objects.filter(
+            subscription="test-fragile", status="stopped"
+        ).first()
 
     row = drain_until("test-fragile", stopped, message="partition stopped after 2 attempts")
     assert row.partition == bad and row.attempts == 2
@@ -101,7 +110,10 @@ def test_a_failing_event_stops_its_partition_only_and_is_reported_until_skipped(
     # The other partition carried on; the failed attempts left no effect behind.
     drain_until("test-fragile", lambda: len(effects("sub.fragile")) == 3, message="3 effects")
     assert sorted((e.listener, e.data["n"]) for e in effects("sub.fragile")) == [
-        ("fragile-a", 1), ("fragile-b", 1), ("fragile-b", 2)]
+        ("fragile-a", 1),
+        ("fragile-b", 1),
+        ("fragile-b", 2),
+    ]
     # Operators see it.
     call_command("pgmsg_subscriptions", "status", "test-fragile", stdout=(out := _Out()))
     assert f"stopped\tcheckpoint={pgmsg.read_stream(bad_stream)[0].position}" in out.text
@@ -113,17 +125,27 @@ def test_a_failing_event_stops_its_partition_only_and_is_reported_until_skipped(
     assert effects("sub.fragile")[-1].data["n"] == 3  # step 2 was passed over
     row = SubscriptionPartition.objects.get(subscription="test-fragile", partition=bad)
     assert (row.status, row.attempts, row.last_error, row.failed_position) == (
-        "active", 0, "", None)
+        "active",
+        0,
+        "",
+        None,
+    )
 
 
 def test_retry_runs_the_failed_event_again_once_the_cause_is_fixed():
     pgmsg.append("fragile-c", [Step(n=1, fail=True, tag="t2"), Step(n=2)])
-    drain_until("test-fragile", lambda: SubscriptionPartition.objects.filter(
-        status="stopped").exists(), message="stopped")
+    drain_until(
+        "test-fragile",
+        lambda: SubscriptionPartition.objects.filter(status="stopped").exists(),
+        message="stopped",
+    )
     Effect.objects.create(channel="switch", key="t2")  # the fix
     assert subscriptions.retry("test-fragile") == 1
-    drain_until("test-fragile", lambda: [e.data["n"] for e in effects("sub.fragile")][-2:]
-                == [1, 2], message="steps 1 and 2 handled after the retry")
+    drain_until(
+        "test-fragile",
+        lambda: [e.data["n"] for e in effects("sub.fragile")][-2:] == [1, 2],
+        message="steps 1 and 2 handled after the retry",
+    )
     assert not SubscriptionPartition.objects.filter(status="stopped").exists()
 
 
@@ -132,9 +154,13 @@ def test_an_event_that_cannot_be_decoded_stops_its_partition_at_once():
         cursor.execute(
             "INSERT INTO pgmsg_event (stream_name, category, version, type, data, metadata, "
             "message_id) VALUES ('fragile-e', 'fragile', 1, 'test.step', '{\"n\": \"one\"}', "
-            "'{}', gen_random_uuid())")
-    row = drain_until("test-fragile", lambda: SubscriptionPartition.objects.filter(
-        status="stopped").first(), message="stopped")
+            "'{}', gen_random_uuid())"
+        )
+    row = drain_until(
+        "test-fragile",
+        lambda: SubscriptionPartition.objects.filter(status="stopped").first(),
+        message="stopped",
+    )
     assert row.attempts == 1 and row.last_error.startswith("not retried")
     assert "Step.n: 'one' is not a valid int" in row.last_error
     assert effects("sub.fragile") == []
@@ -161,8 +187,11 @@ def test_reset_replays_from_the_beginning_from_a_position_or_skips_to_the_end():
 
 def test_a_subscription_starting_now_passes_over_what_was_stored_before():
     pgmsg.append("late-1", Step(n=1))
-    wait_for(lambda: pgmsg.read_all(category="late"), message="the old event is final",
-             timeout=HORIZON_TIMEOUT)
+    wait_for(
+        lambda: pgmsg.read_all(category="late"),
+        message="the old event is final",
+        timeout=HORIZON_TIMEOUT,
+    )
     drain("test-late")  # creates the partition at the horizon
     pgmsg.append("late-1", Step(n=2))
     drain_until("test-late", lambda: effects("sub.late"), message="the new event")
@@ -171,8 +200,9 @@ def test_a_subscription_starting_now_passes_over_what_was_stored_before():
 
 
 def test_partitions_follow_a_data_field_when_asked():
-    sub = pgmsg.Subscription("test-by-owner", category="account", partitions=3,
-                             partition_by="data.owner")
+    sub = pgmsg.Subscription(
+        "test-by-owner", category="account", partitions=3, partition_by="data.owner"
+    )
     seen = []
     sub.handler(Opened)(lambda recorded: seen.append(recorded.event.owner))
     try:
@@ -180,8 +210,10 @@ def test_partitions_follow_a_data_field_when_asked():
             pgmsg.append(f"account-{i}", Opened(owner=f"o{i % 2}"))
         drain_until("test-by-owner", lambda: len(seen) == 6, message="6 opened")
         with connection.cursor() as cursor:
-            cursor.execute("SELECT partition, handled FROM pgmsg_subscription_partition "
-                           "WHERE subscription = 'test-by-owner' AND handled > 0")
+            cursor.execute(
+                "SELECT partition, handled FROM pgmsg_subscription_partition "
+                "WHERE subscription = 'test-by-owner' AND handled > 0"
+            )
             used = dict(cursor.fetchall())
         expected = {}
         for owner in ("o0", "o1"):
@@ -215,8 +247,12 @@ def test_changing_the_partition_count_of_a_subscription_that_ran_is_refused():
     sub = subscriptions.registry.get("test-seq")
     changed = subscriptions.Subscription.__new__(subscriptions.Subscription)
     changed.__dict__.update(sub.__dict__, partitions=8)
-    with connection.cursor() as cursor, pytest.raises(
-            errors.ConfigurationError, match="declares 8 partitions but the database holds 4"):
+    with (
+        connection.cursor() as cursor,
+        pytest.raises(
+            errors.ConfigurationError, match="declares 8 partitions but the database holds 4"
+        ),
+    ):
         subscriptions.ensure_partitions(changed, cursor)
 
 
@@ -246,8 +282,11 @@ class _Out:
 
 def test_admin_lists_stopped_partitions_with_the_error_and_retries_with_permission(client):
     pgmsg.append("fragile-d", Step(n=1, fail=True, tag="t3"))
-    row = drain_until("test-fragile", lambda: SubscriptionPartition.objects.filter(
-        status="stopped").first(), message="stopped")
+    row = drain_until(
+        "test-fragile",
+        lambda: SubscriptionPartition.objects.filter(status="stopped").first(),
+        message="stopped",
+    )
     staff = User.objects.create_user("op", password="pw", is_staff=True)
     staff.user_permissions.add(Permission.objects.get(codename="view_subscriptionpartition"))
     client.force_login(staff)

@@ -32,8 +32,10 @@ def start_ready(workers, *args: str):
 
 def listening() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                       "AND query LIKE 'LISTEN %%'")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND query LIKE 'LISTEN %%'"
+        )
         return cursor.fetchone()[0]
 
 
@@ -54,8 +56,11 @@ def test_two_consumers_share_partitions_and_keep_each_stream_in_order(workers):
     for version in range(10):
         for s in range(8):
             pgmsg.append(f"seq-{s}", Step(n=version, sleep=0.02))
-    wait_for(lambda: Effect.objects.filter(channel="sub.seq").count() >= 80, timeout=180,
-             message="80 steps handled")
+    wait_for(
+        lambda: Effect.objects.filter(channel="sub.seq").count() >= 80,
+        timeout=180,
+        message="80 steps handled",
+    )
     handled = effects("sub.seq")
     assert len(handled) == 80 and len({e.key for e in handled}) == 80
     assert_stream_order(handled)
@@ -67,14 +72,20 @@ def test_a_partition_held_by_a_killed_worker_is_taken_over_without_loss_or_dupli
     for version in range(12):
         for s in range(3):
             pgmsg.append(f"seq-k{s}", Step(n=version, sleep=0.1))
-    wait_for(lambda: Effect.objects.filter(channel="sub.seq").count() >= 5, timeout=180,
-             message="the first worker committed a batch")
+    wait_for(
+        lambda: Effect.objects.filter(channel="sub.seq").count() >= 5,
+        timeout=180,
+        message="the first worker committed a batch",
+    )
     os.killpg(first.pid, signal.SIGKILL)  # mid-batch: its open transaction dies with it
     first.wait()
     killed_at = Effect.objects.filter(channel="sub.seq").count()
     second = start_ready(workers, "--subscription", "test-seq")
-    wait_for(lambda: Effect.objects.filter(channel="sub.seq").count() >= 36, timeout=180,
-             message="all 36 steps handled")
+    wait_for(
+        lambda: Effect.objects.filter(channel="sub.seq").count() >= 36,
+        timeout=180,
+        message="all 36 steps handled",
+    )
     handled = effects("sub.seq")
     assert len(handled) == 36 and len({e.key for e in handled}) == 36  # none lost, none twice
     assert_stream_order(handled)
@@ -106,8 +117,11 @@ def test_a_subscriber_sees_every_event_while_writers_commit_out_of_order(workers
         thread.start()
     for thread in threads:
         thread.join()
-    wait_for(lambda: Effect.objects.filter(channel="sub.audit").count() >= len(appended),
-             timeout=180, message=f"{len(appended)} events handled")
+    wait_for(
+        lambda: Effect.objects.filter(channel="sub.audit").count() >= len(appended),
+        timeout=180,
+        message=f"{len(appended)} events handled",
+    )
     time.sleep(1.5)  # a sweep interval: late duplicates would show up now
     handled = effects("sub.audit")
     assert Counter(uuid.UUID(e.key) for e in handled) == Counter(appended)  # each exactly once

@@ -50,8 +50,17 @@ class StateFilter(admin.SimpleListFilter):
 
 @admin.register(SubscriptionPartition)
 class SubscriptionPartitionAdmin(admin.ModelAdmin):
-    list_display = ["subscription", "partition", "state", "checkpoint_position", "handled",
-                    "attempts", "failed_position", "short_error", "updated_at"]
+    list_display = [
+        "subscription",
+        "partition",
+        "state",
+        "checkpoint_position",
+        "handled",
+        "attempts",
+        "failed_position",
+        "short_error",
+        "updated_at",
+    ]
     list_filter = [StateFilter, "subscription"]
     ordering = ["subscription", "partition"]
     readonly_fields = [f.name for f in SubscriptionPartition._meta.fields]
@@ -74,8 +83,9 @@ class SubscriptionPartitionAdmin(admin.ModelAdmin):
     def has_operate_permission(self, request):
         return request.user.has_perm("pgmsg.operate_subscriptionpartition")
 
-    @admin.action(description="Retry the failed event of selected partitions now",
-                  permissions=["operate"])
+    @admin.action(
+        description="Retry the failed event of selected partitions now", permissions=["operate"]
+    )
     def retry_selected(self, request, queryset):
         try:
             count = sum(subscriptions.retry(name, parts) for name, parts in _grouped(queryset))
@@ -84,16 +94,18 @@ class SubscriptionPartitionAdmin(admin.ModelAdmin):
             return
         self.message_user(request, f"Retrying {count} partition(s).", messages.SUCCESS)
 
-    @admin.action(description="Skip the failed event of selected partitions",
-                  permissions=["operate"])
+    @admin.action(
+        description="Skip the failed event of selected partitions", permissions=["operate"]
+    )
     def skip_selected(self, request, queryset):
         try:
             count = sum(subscriptions.skip(name, parts) for name, parts in _grouped(queryset))
         except errors.PgmsgError as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return
-        self.message_user(request, f"Skipped the failed event of {count} partition(s).",
-                          messages.SUCCESS)
+        self.message_user(
+            request, f"Skipped the failed event of {count} partition(s).", messages.SUCCESS
+        )
 
 
 def _grouped(queryset):

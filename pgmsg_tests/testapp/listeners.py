@@ -12,19 +12,22 @@ from pgmsg_tests.testapp.models import Effect
 def record_work(message: Work) -> None:
     if message.sleep:
         time.sleep(message.sleep)
-    Effect.objects.create(channel="test.work", key=message.key, listener="record_work",
-                          worker_pid=os.getpid())
+    Effect.objects.create(
+        channel="test.work", key=message.key, listener="record_work", worker_pid=os.getpid()
+    )
     if message.always_fail:
         raise RuntimeError(f"work {message.key} always fails")
     if pgmsg.current_delivery().attempts < message.fail_times:
-        raise RuntimeError(f"work {message.key} fails on attempt "
-                           f"{pgmsg.current_delivery().attempts + 1}")
+        raise RuntimeError(
+            f"work {message.key} fails on attempt {pgmsg.current_delivery().attempts + 1}"
+        )
 
 
 @pgmsg.listener(Work)
 def second_listener(message: Work) -> None:
-    Effect.objects.create(channel="test.work", key=message.key, listener="second_listener",
-                          worker_pid=os.getpid())
+    Effect.objects.create(
+        channel="test.work", key=message.key, listener="second_listener", worker_pid=os.getpid()
+    )
 
 
 @pgmsg.listener(Typed)
@@ -40,8 +43,12 @@ def record_typed(message: Typed) -> None:
             "tags": message.tags,
             "extra": message.extra,
             "note": message.note,
-            "types": [type(message.when).__name__, type(message.amount).__name__,
-                      type(message.ident).__name__, type(message.colour).__name__],
+            "types": [
+                type(message.when).__name__,
+                type(message.amount).__name__,
+                type(message.ident).__name__,
+                type(message.colour).__name__,
+            ],
         },
     )
 
@@ -59,14 +66,23 @@ def record_order_change(change: pgmsg.RowChange) -> None:
         key=(new or old).reference,
         data={
             "op": change.operation,
-            "old": None if old is None else
-            {"reference": old.reference, "total": str(old.total), "id": old.pk},
-            "new": None if new is None else
-            {"reference": new.reference, "total": str(new.total), "id": new.pk,
-             "weight": new.weight, "details": new.details,
-             "placed_at": new.placed_at.isoformat() if new.placed_at else None,
-             "types": [type(new.total).__name__, type(new.weight).__name__]},
+            "old": None
+            if old is None
+            else {"reference": old.reference, "total": str(old.total), "id": old.pk},
+            "new": None
+            if new is None
+            else {
+                "reference": new.reference,
+                "total": str(new.total),
+                "id": new.pk,
+                "weight": new.weight,
+                "details": new.details,
+                "placed_at": new.placed_at.isoformat() if new.placed_at else None,
+                "types": [type(new.total).__name__, type(new.weight).__name__],
+            },
         },
     )
+
+
 from pgmsg_tests.testapp import events_handlers  # noqa: E402,F401,I001
 from pgmsg_tests.testapp import inbox_handlers  # noqa: E402,F401

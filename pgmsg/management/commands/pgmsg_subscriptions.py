@@ -8,16 +8,26 @@ from pgmsg import errors, subscriptions
 
 
 class Command(BaseCommand):
-    help = ("Show subscription partitions (checkpoint, state, last error); reset a subscription "
-            "to replay; skip or retry the failed event of stopped partitions.")
+    help = (
+        "Show subscription partitions (checkpoint, state, last error); reset a subscription "
+        "to replay; skip or retry the failed event of stopped partitions."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("action", choices=["status", "reset", "skip", "retry"])
         parser.add_argument("subscription", nargs="?", help="subscription name")
-        parser.add_argument("--partition", type=int, action="append", dest="partitions",
-                            help="only this partition (repeatable; default: all)")
-        parser.add_argument("--to", default="beginning",
-                            help="reset to: beginning (default), end, or an event position")
+        parser.add_argument(
+            "--partition",
+            type=int,
+            action="append",
+            dest="partitions",
+            help="only this partition (repeatable; default: all)",
+        )
+        parser.add_argument(
+            "--to",
+            default="beginning",
+            help="reset to: beginning (default), end, or an event position",
+        )
 
     def handle(self, *args, action, subscription, partitions, to, **options):
         if action == "status":
@@ -27,8 +37,9 @@ class Command(BaseCommand):
             raise CommandError(f"{action}: name the subscription")
         try:
             if action == "reset":
-                count = subscriptions.reset(subscription, to=_reset_point(to),
-                                            partitions=partitions)
+                count = subscriptions.reset(
+                    subscription, to=_reset_point(to), partitions=partitions
+                )
             else:
                 func = subscriptions.skip if action == "skip" else subscriptions.retry
                 count = func(subscription, partitions)
@@ -39,12 +50,16 @@ class Command(BaseCommand):
     def _status(self, name: str | None) -> None:
         rows = subscriptions.status(name)
         if not rows:
-            self.stdout.write("no subscription partitions stored yet (they appear when a "
-                              "worker first serves the subscription)")
+            self.stdout.write(
+                "no subscription partitions stored yet (they appear when a "
+                "worker first serves the subscription)"
+            )
         for row in rows:
-            line = (f"{row.subscription}\t{row.partition}\t{row.state}\t"
-                    f"checkpoint={row.checkpoint_position}\thandled={row.handled}\t"
-                    f"attempts={row.attempts}")
+            line = (
+                f"{row.subscription}\t{row.partition}\t{row.state}\t"
+                f"checkpoint={row.checkpoint_position}\thandled={row.handled}\t"
+                f"attempts={row.attempts}"
+            )
             if row.failed_position is not None:
                 error = (row.last_error.strip().splitlines() or [""])[-1]
                 line += f"\tfailed_position={row.failed_position}\t{error}"
