@@ -21,3 +21,11 @@ class FraudCheck(pgmsg.Channel, name="shop.fraud_check"):
 class PriceChanged(pgmsg.Channel, name="shop.price_changed", delivery=pgmsg.BROADCAST):
     sku: str
     price: Decimal
+
+
+class PointsEarned(pgmsg.Event, type="loyalty.points_earned"):
+    points: int
+
+
+class PointsSpent(pgmsg.Event, type="loyalty.points_spent"):
+    points: int

@@ -4,8 +4,14 @@ import logging
 import os
 
 import pgmsg
-from example_project.shop.channels import FraudCheck, OrderPaid, PriceChanged
-from example_project.shop.models import Invoice, Shipment
+from example_project.shop.channels import (
+    FraudCheck,
+    OrderPaid,
+    PointsEarned,
+    PointsSpent,
+    PriceChanged,
+)
+from example_project.shop.models import Invoice, LoyaltyBalance, Order, Payment, Shipment
 
 logger = logging.getLogger(__name__)
 
@@ -34,3 +40,33 @@ def call_fraud_service(message: FraudCheck) -> None:
 @pgmsg.listener(PriceChanged)
 def refresh_price_cache(message: PriceChanged) -> None:
     logger.warning("worker %s: price of %s is now %s", os.getpid(), message.sku, message.price)
+
+
+# -- the transactional inbox: webhooks from a payment provider -------------------------------
+
+webhooks = pgmsg.Inbox("shop.webhooks", ordered=True)
+
+
+@webhooks.handler("payment.captured")
+def record_payment(message: pgmsg.InboxMessage) -> None:
+    Payment.objects.create(order_id=int(message.aggregate_id), provider_ref=message.payload["ref"])
+    Order.objects.filter(pk=int(message.aggregate_id)).update(status="paid")
+
+
+# -- the event store: a loyalty balance projected from loyalty-<customer> streams ------------
+
+loyalty = pgmsg.Subscription("shop.loyalty", category="loyalty", partitions=2)
+
+
+@loyalty.handler(PointsEarned, PointsSpent)
+def project_balance(recorded: pgmsg.RecordedEvent) -> None:
+    customer = recorded.stream_name.split("-", 1)[1]
+    delta = (
+        recorded.event.points
+        if recorded.type == "loyalty.points_earned"
+        else -recorded.event.points
+    )
+    balance, _ = LoyaltyBalance.objects.get_or_create(customer=customer)
+    balance.points += delta
+    balance.events_seen += 1
+    balance.save()

@@ -34,3 +34,18 @@ class Invoice(models.Model):
     amount = models.DecimalField(max_digits=10, decimal_places=2)
     paid_at = models.DateTimeField()
     worker_pid = models.IntegerField()
+
+
+class Payment(models.Model):
+    """Written by the inbox handler: one per captured-payment webhook, however often sent."""
+
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="payments")
+    provider_ref = models.CharField(max_length=100)
+
+
+class LoyaltyBalance(models.Model):
+    """A projection of the loyalty event streams, kept by a subscription."""
+
+    customer = models.CharField(max_length=100, unique=True)
+    points = models.IntegerField(default=0)
+    events_seen = models.IntegerField(default=0)

@@ -17,12 +17,19 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 import pgmsg
-from example_project.shop.channels import FraudCheck, OrderPaid, PriceChanged
-from example_project.shop.models import Invoice, Order, Shipment
+from example_project.shop.channels import (
+    FraudCheck,
+    OrderPaid,
+    PointsEarned,
+    PointsSpent,
+    PriceChanged,
+)
+from example_project.shop.models import Invoice, LoyaltyBalance, Order, Payment, Shipment
 from pgmsg.models import Notification
 
 ROOT = Path(__file__).resolve().parents[4]
 ORDERS = 200
+WEBHOOKS = 20
 
 
 class Command(BaseCommand):
@@ -34,6 +41,7 @@ class Command(BaseCommand):
         call_command("migrate", verbosity=0)
         Order.objects.all().delete()  # cascades to shipments
         Invoice.objects.all().delete()
+        LoyaltyBalance.objects.all().delete()
         Notification.objects.filter(channel__startswith="shop.").delete()
         say("   migrated; shop tables emptied for a fresh run")
 
@@ -101,11 +109,49 @@ class Command(BaseCommand):
         pgmsg.notify(PriceChanged(sku="SKU-1", price=Decimal("9.99")))
         say("   1 PriceChanged broadcast: every worker process logs it")
 
+        paid = list(Order.objects.order_by("pk")[:WEBHOOKS])
+        stored = duplicates = 0
+        for _ in range(2):  # the provider delivers every webhook twice
+            for order in paid:
+                result = pgmsg.receive(
+                    "shop.webhooks",
+                    f"evt-{order.pk}",
+                    type="payment.captured",
+                    payload={"ref": f"pay_{order.pk}"},
+                    source="payment-provider",
+                    aggregate_id=str(order.pk),
+                )
+                stored += result.stored
+                duplicates += result.duplicate
+        say(
+            f"   inbox shop.webhooks: {WEBHOOKS} webhooks delivered twice each: {stored} stored, "
+            f"{duplicates} recognised as duplicates"
+        )
+
+        self.run_tag = f"{int(time.time())}"
+        alice, bob = f"loyalty-alice.{self.run_tag}", f"loyalty-bob.{self.run_tag}"
+        with transaction.atomic():  # two streams, one transaction
+            pgmsg.append(
+                alice,
+                [PointsEarned(points=100), PointsSpent(points=30)],
+                expected_version=pgmsg.NO_STREAM,
+            )
+            pgmsg.append(bob, PointsEarned(points=50), expected_version=pgmsg.NO_STREAM)
+        try:
+            pgmsg.append(alice, PointsEarned(points=999), expected_version=1)
+        except pgmsg.errors.ConcurrencyError as exc:
+            say(f"   event store: 3 events on 2 streams; a stale append was refused: {exc}")
+
     def wait_and_report(self, say):
         say(self.style.MIGRATE_HEADING("4. Wait for the workers"))
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            done = Shipment.objects.count() >= ORDERS and Invoice.objects.count() >= ORDERS
+            done = (
+                Shipment.objects.count() >= ORDERS
+                and Invoice.objects.count() >= ORDERS
+                and Payment.objects.filter(order__in=Order.objects.all()).count() >= WEBHOOKS
+                and sum(LoyaltyBalance.objects.values_list("events_seen", flat=True)) >= 3
+            )
             dead = Notification.objects.filter(channel="shop.fraud_check", status="dead")
             if done and dead.exists():
                 break
@@ -137,6 +183,15 @@ class Command(BaseCommand):
             f"{dead.last_error.strip().splitlines()[-1]}"
         )
         say(f"   (replay it with: python manage.py pgmsg_deadletters replay {dead.pk})")
+        payments = Counter(Payment.objects.values_list("order_id", flat=True))
+        say(
+            f"   inbox: {sum(payments.values())} payments for {len(payments)} orders "
+            f"(each webhook handled once, duplicates never)"
+        )
+        balances = {b.customer.split(".")[0]: b.points for b in LoyaltyBalance.objects.all()}
+        say(f"   subscription shop.loyalty projected the balances: {balances}")
+        once = once and set(payments.values()) == {1} and len(payments) == WEBHOOKS
+        once = once and balances == {"alice": 70, "bob": 50}
         if once:
             say(self.style.SUCCESS("   every order shipped and invoiced exactly once"))
         else:
