@@ -87,9 +87,12 @@ def wait_for_horizon(url: str) -> float:
         newest = conn.execute(
             "SELECT max(transaction_id)::text::bigint FROM pgmsg_event"
         ).fetchone()[0]
-        while conn.execute(
-            "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
-        ).fetchone()[0] <= newest:
+        while (
+            conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint").fetchone()[
+                0
+            ]
+            <= newest
+        ):
             time.sleep(0.1)
     return time.perf_counter() - started
 
@@ -102,12 +105,14 @@ def baseline(out: Path) -> tuple[int, float]:
     from pgmsg import export
     from pgmsg.spark_source import read_range
 
-    [table_plan] = export.plan(str(out), tables=["events"], partitions=1, partition_by="none",
-                               full=True)
+    [table_plan] = export.plan(
+        str(out), tables=["events"], partitions=1, partition_by="none", full=True
+    )
     started = time.perf_counter()
     lo, hi = table_plan.key_range
-    table = pa.Table.from_batches(list(read_range(table_plan.read, lo, hi)),
-                                  schema=table_plan.read.arrow_schema())
+    table = pa.Table.from_batches(
+        list(read_range(table_plan.read, lo, hi)), schema=table_plan.read.arrow_schema()
+    )
     out.mkdir(parents=True)
     pq.write_table(table, out / "events.parquet")
     return table.num_rows, time.perf_counter() - started
@@ -118,8 +123,9 @@ def read_only(spark, work: Path, parts: int) -> tuple[int, float]:
     from pgmsg.spark_source import FORMAT, PgmsgDataSource
 
     spark.dataSource.register(PgmsgDataSource)
-    [table_plan] = export.plan(str(work), tables=["events"], partitions=parts,
-                               partition_by="none", full=True)
+    [table_plan] = export.plan(
+        str(work), tables=["events"], partitions=parts, partition_by="none", full=True
+    )
     started = time.perf_counter()
     frame = spark.read.format(FORMAT).options(**table_plan.read.to_options()).load()
     frame.write.format("noop").mode("overwrite").save()
@@ -138,8 +144,10 @@ def main() -> None:
     django_setup(url)
     from pgmsg import export
 
-    print(f"pgmsg export benchmark: {args.n:,} events; {os.cpu_count()} CPUs, "
-          f"{platform.system()} {platform.machine()}, Python {platform.python_version()}")
+    print(
+        f"pgmsg export benchmark: {args.n:,} events; {os.cpu_count()} CPUs, "
+        f"{platform.system()} {platform.machine()}, Python {platform.python_version()}"
+    )
     print(f"generate (COPY into pgmsg_event): {generate_events(url, args.n):.1f}s")
     waited = wait_for_horizon(url)
     if waited > 0.5:
@@ -150,38 +158,57 @@ def main() -> None:
     try:
         rows, seconds = baseline(work / "baseline")
         size = sum(f.stat().st_size for f in (work / "baseline").rglob("*.parquet"))
-        results.append(("baseline: COPY -> pyarrow -> pq.write_table (1 process)", rows, seconds,
-                        size))
+        results.append(
+            ("baseline: COPY -> pyarrow -> pq.write_table (1 process)", rows, seconds, size)
+        )
 
         started = time.perf_counter()
         spark = export.start_spark(args.master, {"spark.ui.enabled": "false"})
         spark.sparkContext.setLogLevel("ERROR")
-        print(f"Spark start-up ({spark.sparkContext.master}): "
-              f"{time.perf_counter() - started:.1f}s (not counted below)")
+        print(
+            f"Spark start-up ({spark.sparkContext.master}): "
+            f"{time.perf_counter() - started:.1f}s (not counted below)"
+        )
         # Warm-up: the first job pays for Python worker start and JIT; not counted.
-        export.export_tables(str(work / "warmup"), spark=spark, tables=["events"], partitions=2,
-                             partition_by="none", full=True)
+        export.export_tables(
+            str(work / "warmup"),
+            spark=spark,
+            tables=["events"],
+            partitions=2,
+            partition_by="none",
+            full=True,
+        )
         for parts in partition_counts:
             summary = export.export_tables(
-                str(work / f"spark{parts}"), spark=spark, tables=["events"], partitions=parts,
-                partition_by="none", full=True,
+                str(work / f"spark{parts}"),
+                spark=spark,
+                tables=["events"],
+                partitions=parts,
+                partition_by="none",
+                full=True,
             )
             [result] = summary.results
-            results.append((f"Spark export, {parts} read partition(s)", result.rows,
-                            summary.seconds, result.bytes))
+            results.append(
+                (
+                    f"Spark export, {parts} read partition(s)",
+                    result.rows,
+                    summary.seconds,
+                    result.bytes,
+                )
+            )
         # The same reads into Spark's "noop" sink: what reading costs without the Parquet write.
         for parts in partition_counts:
             rows, seconds = read_only(spark, work, parts)
-            results.append((f"  read only (noop sink), {parts} read partition(s)", rows, seconds,
-                            0))
+            results.append(
+                (f"  read only (noop sink), {parts} read partition(s)", rows, seconds, 0)
+            )
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     print(f"\n{'what':<58} {'rows':>10} {'seconds':>8} {'rows/s':>10} {'MB':>7}")
     for name, rows, seconds, size in results:
-        print(f"{name:<58} {rows:>10,} {seconds:>8.1f} {rows / seconds:>10,.0f} "
-              f"{size / 1e6:>7.1f}")
+        print(f"{name:<58} {rows:>10,} {seconds:>8.1f} {rows / seconds:>10,.0f} {size / 1e6:>7.1f}")
 
 
 if __name__ == "__main__":

@@ -79,22 +79,42 @@ def registered() -> dict[str, TableSpec]:
     return dict(_REGISTRY)
 
 
-register(TableSpec(
-    name="events", table="pgmsg_event", key="position", timestamp="recorded_at",
-    type_column="type", category_column="category", payload_column="data",
-    transaction_column="transaction_id",
-))
-register(TableSpec(
-    name="inbox_messages", table="pgmsg_inbox_message", key="id", timestamp="received_at",
-    type_column="type", category_column="inbox", payload_column="payload",
-    transaction_column="transaction_id",
-))
+register(
+    TableSpec(
+        name="events",
+        table="pgmsg_event",
+        key="position",
+        timestamp="recorded_at",
+        type_column="type",
+        category_column="category",
+        payload_column="data",
+        transaction_column="transaction_id",
+    )
+)
+register(
+    TableSpec(
+        name="inbox_messages",
+        table="pgmsg_inbox_message",
+        key="id",
+        timestamp="received_at",
+        type_column="type",
+        category_column="inbox",
+        payload_column="payload",
+        transaction_column="transaction_id",
+    )
+)
 # Handled notifications are deleted, so this table only ever holds pending, retrying and dead
 # rows and has no transaction id: each run exports what is there now.
-register(TableSpec(
-    name="notifications", table="pgmsg_notification", key="id", timestamp="created_at",
-    type_column="channel", payload_column="payload",
-))
+register(
+    TableSpec(
+        name="notifications",
+        table="pgmsg_notification",
+        key="id",
+        timestamp="created_at",
+        type_column="channel",
+        payload_column="payload",
+    )
+)
 
 
 @dataclasses.dataclass
@@ -183,8 +203,15 @@ def export_tables(
     fields = _check_fields(flatten)
     with _locked(using):
         plans = plan(
-            output, tables=tables, partitions=partitions, partition_by=partition_by, mode=mode,
-            full=full, flatten=fields, database_url=database_url, using=using,
+            output,
+            tables=tables,
+            partitions=partitions,
+            partition_by=partition_by,
+            mode=mode,
+            full=full,
+            flatten=fields,
+            database_url=database_url,
+            using=using,
         )
         if not dry_run:
             _check_output(output)
@@ -233,9 +260,17 @@ def plan(
             xmin = cursor.fetchone()[0]
             return [
                 _plan_table(
-                    cursor, spec, output=output, xmin=xmin, partitions=partitions,
-                    partition_by=partition_by, mode=mode, full=full, flatten=flatten,
-                    conninfo=conninfo, using=using,
+                    cursor,
+                    spec,
+                    output=output,
+                    xmin=xmin,
+                    partitions=partitions,
+                    partition_by=partition_by,
+                    mode=mode,
+                    full=full,
+                    flatten=flatten,
+                    conninfo=conninfo,
+                    using=using,
                 )
                 for spec in specs
             ]
@@ -326,9 +361,7 @@ def _check_fields(flatten: Iterable[str]) -> tuple[str, ...]:
 
 def _select_tables(tables: Sequence[str] | None, using: str) -> list[TableSpec]:
     with connections[using].cursor() as cursor:
-        present = {
-            name for name, spec in _REGISTRY.items() if _table_exists(cursor, spec.table)
-        }
+        present = {name for name, spec in _REGISTRY.items() if _table_exists(cursor, spec.table)}
     if tables is None:
         return [spec for name, spec in sorted(_REGISTRY.items()) if name in present]
     unknown = [t for t in tables if t not in _REGISTRY]
@@ -373,14 +406,26 @@ def _table_columns(cursor, table: str) -> dict[str, str]:
 
 
 def _plan_table(
-    cursor, spec: TableSpec, *, output: str, xmin: int, partitions: int | None,
-    partition_by: str, mode: str | None, full: bool, flatten: Sequence[str], conninfo: str,
+    cursor,
+    spec: TableSpec,
+    *,
+    output: str,
+    xmin: int,
+    partitions: int | None,
+    partition_by: str,
+    mode: str | None,
+    full: bool,
+    flatten: Sequence[str],
+    conninfo: str,
     using: str,
 ) -> TablePlan:
     db_columns = _table_columns(cursor, spec.table)
     columns = [Column(name, _kind(db_type), name) for name, db_type in db_columns.items()]
-    for role, column in (("ordering key", spec.key), ("timestamp", spec.timestamp),
-                         ("transaction id", spec.transaction_column)):
+    for role, column in (
+        ("ordering key", spec.key),
+        ("timestamp", spec.timestamp),
+        ("transaction id", spec.transaction_column),
+    ):
         if column is not None and column not in db_columns:
             raise errors.ExportError(
                 f"export: {spec.name}: {role} column {column!r} is not a column of {spec.table}"
@@ -397,7 +442,10 @@ def _plan_table(
                 )
             columns.append(Column(name, "field", spec.payload_column, field))
     partition_column = {
-        "day": "day", "type": spec.type_column, "category": spec.category_column, "none": None,
+        "day": "day",
+        "type": spec.type_column,
+        "category": spec.category_column,
+        "none": None,
     }[partition_by]
     if partition_by in ("type", "category") and partition_column is None:
         raise errors.ExportError(
@@ -427,8 +475,12 @@ def _plan_table(
     parts = partitions or max(1, math.ceil(rows / conf.get().EXPORT_ROWS_PER_PARTITION))
     ranges = tuple(split_range(lo, hi, parts)) if rows else ()
     read = ReadPlan(
-        conninfo=conninfo, table=spec.table, key=spec.key, columns=tuple(columns),
-        ranges=ranges, transaction_column=spec.transaction_column,
+        conninfo=conninfo,
+        table=spec.table,
+        key=spec.key,
+        columns=tuple(columns),
+        ranges=ranges,
+        transaction_column=spec.transaction_column,
         transaction_range=transaction_range,
     )
     return TablePlan(

@@ -74,12 +74,16 @@ def db_rows(table: str, key: str) -> list[dict]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
-            "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped", [table]
+            "WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
+            [table],
         )
         types = dict(cursor.fetchall())
         select = ", ".join(
-            f'"{name}"::text::bigint' if db_type == "xid8"
-            else f'"{name}"::text' if db_type in ("jsonb", "uuid") else f'"{name}"'
+            f'"{name}"::text::bigint'
+            if db_type == "xid8"
+            else f'"{name}"::text'
+            if db_type in ("jsonb", "uuid")
+            else f'"{name}"'
             for name, db_type in types.items()
         )
         cursor.execute(f"SELECT {select} FROM {table} ORDER BY {key}")
@@ -166,26 +170,37 @@ def test_bad_options_are_refused_quoting_the_bad_value(tmp_path, options, quoted
 
 def test_dry_run_says_what_would_be_exported_and_writes_nothing(tmp_path, inbox):
     pgmsg.notify_many(Unheard(key=f"k{i}") for i in range(7))
-    inbox.receive_many(INBOX, [
-        {"message_id": f"m{i}", "type": "t", "payload": {"i": i}} for i in range(5)
-    ])
+    inbox.receive_many(
+        INBOX, [{"message_id": f"m{i}", "type": "t", "payload": {"i": i}} for i in range(5)]
+    )
     settle("pgmsg_inbox_message")
     lines = []
     summary = export.export_tables(
-        str(tmp_path / "out"), dry_run=True, partitions=2, echo=lines.append,
+        str(tmp_path / "out"),
+        dry_run=True,
+        partitions=2,
+        echo=lines.append,
         tables=["notifications", "inbox_messages"],
     )
     by_name = {p.spec.name: p for p in summary.plans}
     assert by_name["notifications"].rows == 7 and by_name["inbox_messages"].rows == 5
     assert len(by_name["notifications"].read.ranges) == 2
     assert any("would export notifications" in line and "7 row(s)" in line for line in lines)
-    assert any("would export inbox_messages" in line and "transaction_id >= 0" in line
-               for line in lines)
+    assert any(
+        "would export inbox_messages" in line and "transaction_id >= 0" in line for line in lines
+    )
     assert not (tmp_path / "out").exists()
     assert not ExportWatermark.objects.exists()
 
-    call_command("pgmsg_export", "--output", str(tmp_path / "out"), "--dry-run",
-                 "--tables", "notifications", stdout=(out := io.StringIO()))
+    call_command(
+        "pgmsg_export",
+        "--output",
+        str(tmp_path / "out"),
+        "--dry-run",
+        "--tables",
+        "notifications",
+        stdout=(out := io.StringIO()),
+    )
     assert "would export notifications (pgmsg_notification): 7 row(s)" in out.getvalue()
     assert "dry run: nothing written, no watermark moved" in out.getvalue()
     assert not (tmp_path / "out").exists()
@@ -204,11 +219,18 @@ def test_missing_java_names_what_to_install(tmp_path, monkeypatch):
 
 
 def test_unreachable_database_is_a_clear_command_error(tmp_path):
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="pgmsg_tests.settings",
-               DATABASE_URL="postgres://postgres@127.0.0.1:1/nowhere")
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="pgmsg_tests.settings",
+        DATABASE_URL="postgres://postgres@127.0.0.1:1/nowhere",
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "django", "pgmsg_export", "--output", str(tmp_path / "out")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 1
     assert "CommandError: export: cannot reach database 'default'" in proc.stderr
@@ -249,32 +271,54 @@ def test_notifications_round_trip_every_value_through_parquet(spark, tmp_path):
 @pytest.mark.spark
 def test_inbox_incremental_runs_export_exactly_the_new_rows(spark, tmp_path, inbox):
     def receive(ids):
-        inbox.receive_many(INBOX, [
-            {"message_id": f"m{i}", "type": f"t{i % 3}", "payload": {"i": i, "n": None},
-             "aggregate_id": None if i % 2 else f"agg{i}", "source": "" if i % 4 else "src"}
-            for i in ids
-        ])
+        inbox.receive_many(
+            INBOX,
+            [
+                {
+                    "message_id": f"m{i}",
+                    "type": f"t{i % 3}",
+                    "payload": {"i": i, "n": None},
+                    "aggregate_id": None if i % 2 else f"agg{i}",
+                    "source": "" if i % 4 else "src",
+                }
+                for i in ids
+            ],
+        )
 
     receive(range(30))
     settle("pgmsg_inbox_message")
-    first = export.export_tables(str(tmp_path), spark=spark, tables=["inbox_messages"],
-                                 partitions=2, partition_by="type", flatten=["i"])
+    first = export.export_tables(
+        str(tmp_path),
+        spark=spark,
+        tables=["inbox_messages"],
+        partitions=2,
+        partition_by="type",
+        flatten=["i"],
+    )
     mark = watermark_row("inbox_messages").transaction_xmin
     assert first.results[0].rows == 30 and mark == first.results[0].watermark
     receive(range(30, 50))
     settle("pgmsg_inbox_message")
-    second = export.export_tables(str(tmp_path), spark=spark, tables=["inbox_messages"],
-                                  partitions=2, partition_by="type", flatten=["i"])
+    second = export.export_tables(
+        str(tmp_path),
+        spark=spark,
+        tables=["inbox_messages"],
+        partitions=2,
+        partition_by="type",
+        flatten=["i"],
+    )
     assert second.results[0].rows == 20
     assert second.plans[0].transaction_range[0] == mark
     rows = read_dataset(tmp_path / "inbox_messages")
     assert_same_rows(rows, "pgmsg_inbox_message", "id", flatten=["i"], payload="payload")
 
-    nothing = export.export_tables(str(tmp_path), spark=spark, tables=["inbox_messages"],
-                                   partition_by="type")
+    nothing = export.export_tables(
+        str(tmp_path), spark=spark, tables=["inbox_messages"], partition_by="type"
+    )
     assert nothing.results[0].rows == 0 and nothing.results[0].files == 0
-    full = export.export_tables(str(tmp_path), spark=spark, tables=["inbox_messages"],
-                                partition_by="none", full=True)
+    full = export.export_tables(
+        str(tmp_path), spark=spark, tables=["inbox_messages"], partition_by="none", full=True
+    )
     assert full.plans[0].mode == "overwrite" and full.results[0].rows == 50
     assert_same_rows(read_dataset(tmp_path / "inbox_messages"), "pgmsg_inbox_message", "id")
 
@@ -322,20 +366,23 @@ def test_a_late_committing_writer_is_exported_by_the_next_run(spark, tmp_path, i
 
 @pytest.mark.spark
 def test_a_failed_run_leaves_the_watermark_where_it_was(spark, tmp_path, inbox):
-    inbox.receive_many(INBOX, [{"message_id": f"a{i}", "type": "t", "payload": i}
-                               for i in range(5)])
+    inbox.receive_many(
+        INBOX, [{"message_id": f"a{i}", "type": "t", "payload": i} for i in range(5)]
+    )
     settle("pgmsg_inbox_message")
     export.export_tables(str(tmp_path), spark=spark, tables=["inbox_messages"])
     before = watermark_row("inbox_messages")
-    inbox.receive_many(INBOX, [{"message_id": f"b{i}", "type": "t", "payload": i}
-                               for i in range(3)])
+    inbox.receive_many(
+        INBOX, [{"message_id": f"b{i}", "type": "t", "payload": i} for i in range(3)]
+    )
     settle("pgmsg_inbox_message")
 
     # The executors cannot reach PostgreSQL: Spark's read fails after planning.
     unreachable = database_url(connection.settings_dict, name="pgmsg_export_no_such_db")
     with pytest.raises(errors.ExportError, match="watermark is unchanged"):
-        export.export_tables(str(tmp_path), spark=spark, tables=["inbox_messages"],
-                             database_url=unreachable)
+        export.export_tables(
+            str(tmp_path), spark=spark, tables=["inbox_messages"], database_url=unreachable
+        )
     # The output path is a file: refused before anything is read.
     blocker = tmp_path / "blocked"
     blocker.write_text("not a directory")
@@ -360,15 +407,25 @@ def test_events_round_trip_partitioned_by_category(spark, tmp_path):
 
     correlation = str(uuid.uuid4())
     for n in range(3):
-        events.append(f"account-{n}", [
-            Deposited(amount=n * 10 + i, note=f"n,\"{i}\"\n",
-                      metadata={"correlation_id": correlation})
-            for i in range(4)
-        ])
+        events.append(
+            f"account-{n}",
+            [
+                Deposited(
+                    amount=n * 10 + i, note=f'n,"{i}"\n', metadata={"correlation_id": correlation}
+                )
+                for i in range(4)
+            ],
+        )
     events.append("ledger-1", Deposited(amount=-1, note=""))
     settle("pgmsg_event")
-    summary = export.export_tables(str(tmp_path), spark=spark, tables=["events"],
-                                   partitions=2, partition_by="category", flatten=["amount"])
+    summary = export.export_tables(
+        str(tmp_path),
+        spark=spark,
+        tables=["events"],
+        partitions=2,
+        partition_by="category",
+        flatten=["amount"],
+    )
     assert summary.results[0].rows == 13
     listing = [name for name in os.listdir(tmp_path / "events") if not name.startswith(".")]
     assert sorted(listing) == ["_SUCCESS", "category=account", "category=ledger"]
@@ -380,8 +437,17 @@ def test_events_round_trip_partitioned_by_category(spark, tmp_path):
 @pytest.mark.spark
 def test_the_command_exports_and_prints_a_summary(spark, tmp_path, capsys):
     pgmsg.notify_many(Unheard(key=f"c{i}") for i in range(4))
-    call_command("pgmsg_export", "--output", str(tmp_path), "--tables", "notifications",
-                 "--partition-by", "type", "--mode", "overwrite")
+    call_command(
+        "pgmsg_export",
+        "--output",
+        str(tmp_path),
+        "--tables",
+        "notifications",
+        "--partition-by",
+        "type",
+        "--mode",
+        "overwrite",
+    )
     out = capsys.readouterr().out
     assert "exported 4 row(s) of 1 table(s): 1 file(s)" in out
     rows = read_dataset(tmp_path / "notifications")
@@ -435,10 +501,16 @@ def test_every_column_kind_reads_back_as_its_value_and_type(tmp_path):
             " f float8, d date, ts timestamptz, naive timestamp, j jsonb, u uuid, n numeric,"
             " t text, x xid8, made timestamptz NOT NULL DEFAULT now())"
         )
-    spec = export.register(export.TableSpec(
-        name="kinds", table="export_kinds", key="id", timestamp="made", payload_column="j",
-        transaction_column="x",
-    ))
+    spec = export.register(
+        export.TableSpec(
+            name="kinds",
+            table="export_kinds",
+            key="id",
+            timestamp="made",
+            payload_column="j",
+            transaction_column="x",
+        )
+    )
     try:
         ident = uuid.uuid4()
         with connection.cursor() as cursor:
@@ -446,7 +518,7 @@ def test_every_column_kind_reads_back_as_its_value_and_type(tmp_path):
                 "INSERT INTO export_kinds (id, i, s, b, f, d, ts, naive, j, u, n, t, x) VALUES "
                 "(1, -2147483648, 32767, true, -1.5e300, '1969-12-31', "
                 " '1901-02-03 04:05:06.789012+05', '2040-01-01 00:00:00.000001', "
-                " '{\"k\": [1, \"\\u00e9\"], \"e\": \"\"}', %s, 1.10, '', '5'),"
+                ' \'{"k": [1, "\\u00e9"], "e": ""}\', %s, 1.10, \'\', \'5\'),'
                 "(2, NULL, NULL, false, NULL, NULL, NULL, NULL, 'null', NULL, NULL, NULL, '6')",
                 [ident],
             )
@@ -456,27 +528,63 @@ def test_every_column_kind_reads_back_as_its_value_and_type(tmp_path):
         [table] = [pa.Table.from_batches(list(read_range(table_plan.read, lo, hi)))]
         types = {f.name: f.type for f in table.schema}
         assert types == {
-            "id": pa.int64(), "i": pa.int32(), "s": pa.int32(), "b": pa.bool_(),
-            "f": pa.float64(), "d": pa.date32(), "ts": pa.timestamp("us", tz="UTC"),
-            "naive": pa.timestamp("us", tz="UTC"), "j": pa.string(), "u": pa.string(),
-            "n": pa.string(), "t": pa.string(), "x": pa.int64(),
-            "made": pa.timestamp("us", tz="UTC"), "j_k": pa.string(), "j_e": pa.string(),
+            "id": pa.int64(),
+            "i": pa.int32(),
+            "s": pa.int32(),
+            "b": pa.bool_(),
+            "f": pa.float64(),
+            "d": pa.date32(),
+            "ts": pa.timestamp("us", tz="UTC"),
+            "naive": pa.timestamp("us", tz="UTC"),
+            "j": pa.string(),
+            "u": pa.string(),
+            "n": pa.string(),
+            "t": pa.string(),
+            "x": pa.int64(),
+            "made": pa.timestamp("us", tz="UTC"),
+            "j_k": pa.string(),
+            "j_e": pa.string(),
             "day": pa.date32(),
         }
         first, second = table.to_pylist()
         assert first | {"made": None, "day": None} == {
-            "id": 1, "i": -2147483648, "s": 32767, "b": True, "f": -1.5e300,
+            "id": 1,
+            "i": -2147483648,
+            "s": 32767,
+            "b": True,
+            "f": -1.5e300,
             "d": dt.date(1969, 12, 31),
             "ts": dt.datetime(1901, 2, 2, 23, 5, 6, 789012, tzinfo=dt.UTC),
             "naive": dt.datetime(2040, 1, 1, 0, 0, 0, 1, tzinfo=dt.UTC),
-            "j": '{"e": "", "k": [1, "é"]}', "u": str(ident), "n": "1.10", "t": "", "x": 5,
-            "made": None, "j_k": '[1, "é"]', "j_e": "", "day": None,
+            "j": '{"e": "", "k": [1, "é"]}',
+            "u": str(ident),
+            "n": "1.10",
+            "t": "",
+            "x": 5,
+            "made": None,
+            "j_k": '[1, "é"]',
+            "j_e": "",
+            "day": None,
         }
         assert first["day"] == first["made"].date()
         assert second | {"made": None, "day": None} == {
-            "id": 2, "i": None, "s": None, "b": False, "f": None, "d": None, "ts": None,
-            "naive": None, "j": "null", "u": None, "n": None, "t": None, "x": 6,
-            "made": None, "j_k": None, "j_e": None, "day": None,
+            "id": 2,
+            "i": None,
+            "s": None,
+            "b": False,
+            "f": None,
+            "d": None,
+            "ts": None,
+            "naive": None,
+            "j": "null",
+            "u": None,
+            "n": None,
+            "t": None,
+            "x": 6,
+            "made": None,
+            "j_k": None,
+            "j_e": None,
+            "day": None,
         }
     finally:
         export._REGISTRY.pop(spec.name)
