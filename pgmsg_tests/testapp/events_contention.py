@@ -24,8 +24,11 @@ def contend(stream: str, wins: int, start_at: float) -> tuple[int, list[int], in
     while len(won) < wins:
         version = events.stream_version(stream)
         try:
-            won.append(pgmsg.append(stream, Step(n=os.getpid(), tag=str(version)),
-                                    expected_version=version))
+            won.append(
+                pgmsg.append(
+                    stream, Step(n=os.getpid(), tag=str(version)), expected_version=version
+                )
+            )
         except errors.ConcurrencyError:
             conflicts += 1
     connections.close_all()

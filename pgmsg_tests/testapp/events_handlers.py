@@ -68,7 +68,9 @@ class Account(pgmsg.Aggregate, category="account"):
 
 def _record(channel: str, recorded: pgmsg.RecordedEvent, **data) -> None:
     Effect.objects.create(
-        channel=channel, key=str(recorded.message_id), listener=recorded.stream_name,
+        channel=channel,
+        key=str(recorded.message_id),
+        listener=recorded.stream_name,
         worker_pid=os.getpid(),
         data={"version": recorded.version, "position": recorded.position, **data},
     )
