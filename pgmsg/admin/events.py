@@ -7,6 +7,7 @@ from collections import defaultdict
 from django.contrib import admin, messages
 
 from pgmsg import errors, subscriptions
+from pgmsg.admin.base import MessageAdmin
 from pgmsg.models import StoredEvent, SubscriptionPartition
 
 
@@ -49,7 +50,7 @@ class StateFilter(admin.SimpleListFilter):
 
 
 @admin.register(SubscriptionPartition)
-class SubscriptionPartitionAdmin(admin.ModelAdmin):
+class SubscriptionPartitionAdmin(MessageAdmin):
     list_display = [
         "subscription",
         "partition",
@@ -63,25 +64,10 @@ class SubscriptionPartitionAdmin(admin.ModelAdmin):
     ]
     list_filter = [StateFilter, "subscription"]
     ordering = ["subscription", "partition"]
-    readonly_fields = [f.name for f in SubscriptionPartition._meta.fields]
     actions = ["retry_selected", "skip_selected"]
-
-    @admin.display(description="last error")
-    def short_error(self, obj):
-        lines = obj.last_error.strip().splitlines()
-        return lines[-1][:120] if lines else ""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
 
     def has_delete_permission(self, request, obj=None):
         return False
-
-    def has_operate_permission(self, request):
-        return request.user.has_perm("pgmsg.operate_subscriptionpartition")
 
     @admin.action(
         description="Retry the failed event of selected partitions now", permissions=["operate"]

@@ -8,6 +8,7 @@ from django.contrib import admin, messages
 from django.db.models import Q
 
 from pgmsg import inbox_ops
+from pgmsg.admin.base import MessageAdmin
 from pgmsg.models import InboxMessage
 
 
@@ -30,7 +31,7 @@ class StateFilter(admin.SimpleListFilter):
 
 
 @admin.register(InboxMessage)
-class InboxMessageAdmin(admin.ModelAdmin):
+class InboxMessageAdmin(MessageAdmin):
     list_display = [
         "id",
         "inbox",
@@ -46,25 +47,7 @@ class InboxMessageAdmin(admin.ModelAdmin):
     list_filter = [StateFilter, "inbox", "type"]
     search_fields = ["message_id", "aggregate_id", "trace_id", "type"]
     ordering = ["-id"]
-    readonly_fields = [f.name for f in InboxMessage._meta.fields]
     actions = ["replay_selected", "discard_selected"]
-
-    @admin.display(description="last error")
-    def short_error(self, obj):
-        lines = obj.last_error.strip().splitlines()
-        return lines[-1][:120] if lines else ""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_replay_permission(self, request):
-        return request.user.has_perm("pgmsg.replay_inboxmessage")
-
-    def has_discard_permission(self, request):
-        return request.user.has_perm("pgmsg.discard_inboxmessage")
 
     @admin.action(
         description="Replay selected dead or retrying messages now", permissions=["replay"]

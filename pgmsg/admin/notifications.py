@@ -6,6 +6,7 @@ from django.contrib import admin, messages
 from django.db.models import Q
 
 from pgmsg import deadletter
+from pgmsg.admin.base import MessageAdmin
 from pgmsg.models import Notification
 
 
@@ -28,7 +29,7 @@ class StateFilter(admin.SimpleListFilter):
 
 
 @admin.register(Notification)
-class NotificationAdmin(admin.ModelAdmin):
+class NotificationAdmin(MessageAdmin):
     list_display = [
         "id",
         "channel",
@@ -41,25 +42,7 @@ class NotificationAdmin(admin.ModelAdmin):
     list_filter = [StateFilter, "channel"]
     search_fields = ["channel", "last_error"]
     ordering = ["-id"]
-    readonly_fields = [f.name for f in Notification._meta.fields]
     actions = ["replay_selected", "discard_selected"]
-
-    @admin.display(description="last error")
-    def short_error(self, obj):
-        lines = obj.last_error.strip().splitlines()
-        return lines[-1][:120] if lines else ""
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_replay_permission(self, request):
-        return request.user.has_perm("pgmsg.replay_notification")
-
-    def has_discard_permission(self, request):
-        return request.user.has_perm("pgmsg.discard_notification")
 
     @admin.action(description="Replay selected notifications now", permissions=["replay"])
     def replay_selected(self, request, queryset):
