@@ -29,25 +29,10 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench import common  # noqa: E402
+
 SCRATCH_DB = "pgmsg_bench_events"
-
-
-def scratch_url() -> str:
-    from pgmsg.devdb import database_url, default_database
-
-    base = default_database(ROOT / ".pgdata")  # starts the embedded server when no URL
-    with psycopg.connect(database_url(base, name="postgres"), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{SCRATCH_DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{SCRATCH_DB}"')
-    return database_url(base, name=SCRATCH_DB)
-
-
-def django_setup(url: str) -> None:
-    os.environ["DATABASE_URL"] = url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "pgmsg_tests.settings"
-    import django
-
-    django.setup()
 
 
 def declare():
@@ -273,7 +258,7 @@ def pgmsg_reads(count: int) -> list[tuple[str, float]]:
 
 
 def run_worker(url: str) -> None:
-    django_setup(url)
+    common.django_setup(url, migrate=False)
     declare()
     from pgmsg.worker import Worker
 
@@ -364,8 +349,8 @@ def main() -> None:
     parser.add_argument("--lag-gap", type=float, default=0.02)
     args = parser.parse_args()
 
-    url = scratch_url()
-    django_setup(url)
+    url = common.scratch_url(SCRATCH_DB)
+    common.django_setup(url, migrate=False)
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)

@@ -31,29 +31,11 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench import common  # noqa: E402
+
 SCRATCH_DB = "pgmsg_bench_export"
 SETTINGS = "pgmsg_tests.settings"
-
-
-def scratch_url() -> str:
-    from pgmsg.devdb import database_url, default_database
-
-    base = default_database(ROOT / ".pgdata")  # starts the embedded server when no URL
-    with psycopg.connect(database_url(base, name="postgres"), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{SCRATCH_DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{SCRATCH_DB}"')
-    return database_url(base, name=SCRATCH_DB)
-
-
-def django_setup(url: str) -> None:
-    os.environ["DATABASE_URL"] = url
-    os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def generate_events(url: str, n: int) -> float:
@@ -140,8 +122,8 @@ def main() -> None:
     args = parser.parse_args()
     partition_counts = [int(p) for p in args.partitions.split(",")]
 
-    url = scratch_url()
-    django_setup(url)
+    url = common.scratch_url(SCRATCH_DB)
+    common.django_setup(url)
     from pgmsg import export
 
     print(

@@ -28,18 +28,11 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench import common  # noqa: E402
+
 SCRATCH_DB = "pgmsg_bench_inbox"
 SETTINGS = "pgmsg_tests.settings"
-
-
-def scratch_url() -> str:
-    from pgmsg.devdb import database_url, default_database
-
-    base = default_database(ROOT / ".pgdata")  # starts the embedded server when no URL
-    with psycopg.connect(database_url(base, name="postgres"), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{SCRATCH_DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{SCRATCH_DB}"')
-    return database_url(base, name=SCRATCH_DB)
 
 
 # -- raw PostgreSQL ceiling --------------------------------------------------------------------
@@ -129,17 +122,6 @@ def raw_ceiling(url: str, n: int, n_single: int) -> list[tuple[str, float]]:
 
 
 # -- pgmsg -------------------------------------------------------------------------------------
-
-
-def django_setup(url: str) -> None:
-    os.environ["DATABASE_URL"] = url
-    os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def receive_rates(n: int, n_single: int) -> list[tuple[str, float, str]]:
@@ -279,7 +261,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    url = scratch_url()
+    url = common.scratch_url(SCRATCH_DB)
     with psycopg.connect(url) as conn:
         server = conn.execute("SHOW server_version").fetchone()[0]
     print(
@@ -288,7 +270,7 @@ def main() -> None:
     )
     rows: list[tuple[str, float, str]] = []
     rows += [(name, rate, "") for name, rate in raw_ceiling(url, args.n, args.single_n)]
-    django_setup(url)
+    common.django_setup(url)
     rows += receive_rates(args.n, args.single_n)
     for inbox in ("bench.unordered", "bench.ordered"):
         for workers in (1, 2):

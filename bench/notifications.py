@@ -31,18 +31,10 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench import common  # noqa: E402
+
 SCRATCH_DB = "pgmsg_bench"
-
-
-def scratch_url() -> str:
-    from pgmsg.devdb import database_url, default_database
-
-    base = default_database(ROOT / ".pgdata")  # starts the embedded server when no URL
-    admin_url = database_url(base, name="postgres")
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{SCRATCH_DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{SCRATCH_DB}"')
-    return database_url(base, name=SCRATCH_DB)
 
 
 # -- raw PostgreSQL ceiling ----------------------------------------------------------------------
@@ -113,17 +105,6 @@ def raw_ceiling(url: str, n: int, n_single: int) -> list[tuple[str, float]]:
 
 
 # -- pgmsg -----------------------------------------------------------------------------------------
-
-
-def django_setup(url: str) -> None:
-    os.environ["DATABASE_URL"] = url
-    os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def start_workers(url: str, count: int, handled_dir: str) -> list[subprocess.Popen]:
@@ -270,7 +251,7 @@ def main() -> None:
     parser.add_argument("--latency-gap-ms", type=float, default=20.0)
     args = parser.parse_args()
 
-    url = scratch_url()
+    url = common.scratch_url(SCRATCH_DB)
     with psycopg.connect(url) as conn:
         server = conn.execute("SHOW server_version").fetchone()[0]
     print(
@@ -279,7 +260,7 @@ def main() -> None:
     )
     rows: list[tuple[str, float, str]] = []
     rows += [(name, rate, "") for name, rate in raw_ceiling(url, args.n, args.single_n)]
-    django_setup(url)
+    common.django_setup(url, "bench.settings")
     rows += [(name, rate, "") for name, rate in produce_rates(args.n, args.single_n)]
     for workers in (1, 2):
         rows.append(end_to_end(url, args.n, workers))

@@ -1,0 +1,34 @@
+"""What every bench script shares: a scratch database on the chosen server, and Django on it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def scratch_url(name: str) -> str:
+    """Drop and re-create database ``name`` on DATABASE_URL's server (or the embedded one)."""
+    from pgmsg.devdb import database_url, default_database
+
+    base = default_database(ROOT / ".pgdata")  # starts the embedded server when no URL
+    with psycopg.connect(database_url(base, name="postgres"), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return database_url(base, name=name)
+
+
+def django_setup(url: str, settings: str = "pgmsg_tests.settings", migrate: bool = True) -> None:
+    """Configure Django on ``url`` (child processes inherit it) and migrate."""
+    os.environ["DATABASE_URL"] = url
+    os.environ["DJANGO_SETTINGS_MODULE"] = settings
+    import django
+
+    django.setup()
+    if migrate:
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
