@@ -7,6 +7,11 @@ class PgmsgError(Exception):
     """Base class of pgmsg's errors."""
 
 
+class NotRetryable(PgmsgError):
+    """Raised while handling a message that no retry can mend (an undecodable payload, a type
+    nobody handles): the worker dead-letters it (or stops its partition) at once."""
+
+
 class ConfigurationError(PgmsgError):
     """Settings or declarations are wrong; the message says which and how to fix it."""
 
@@ -19,11 +24,11 @@ class ChannelAlreadyRegistered(ConfigurationError):
     """Two declarations claim the same channel name."""
 
 
-class UnknownChannel(PgmsgError, LookupError):
+class UnknownChannel(NotRetryable, LookupError):
     """A channel name that no declaration registered."""
 
 
-class PayloadError(PgmsgError, ValueError):
+class PayloadError(NotRetryable, ValueError):
     """A payload that cannot be encoded for, or decoded from, its channel's declared fields."""
 
 
@@ -39,7 +44,7 @@ class UnknownInbox(PgmsgError, LookupError):
     """An inbox name that no declaration registered."""
 
 
-class UnknownMessageType(PgmsgError, LookupError):
+class UnknownMessageType(NotRetryable, LookupError):
     """An inbox message whose type has no handler: it is dead-lettered at once, never retried."""
 
 
@@ -66,7 +71,7 @@ class DuplicateMessageId(PgmsgError, ValueError):
     """A message id stored already where a re-append cannot be idempotent."""
 
 
-class UnknownEventType(PgmsgError, LookupError):
+class UnknownEventType(NotRetryable, LookupError):
     """A stored event whose type name no Event class registers."""
 
 

@@ -18,7 +18,6 @@ logger = logging.getLogger(__name__)
 _SQL = sql.load("inbox.sql")
 
 # Errors that retrying cannot mend: the message goes straight to the dead letters.
-PERMANENT_ERRORS = (*wk.PERMANENT_ERRORS, errors.UnknownMessageType)
 
 
 class InboxSource:
@@ -129,59 +128,34 @@ class InboxSource:
         return len(rows), more
 
     def _run(self, worker, rows: list, done: list, failed: list, *, ordered: bool) -> None:
-        """Run the rows' handlers in order, inside the claim transaction.
+        """Run the rows' handlers in order, inside the claim transaction (worker.run_batch);
+        in an ordered inbox a failure holds back the rest of its aggregate."""
+        done.extend(
+            wk.run_batch(
+                worker,
+                rows,
+                self._prepare,
+                failed.append,
+                group=(lambda row: row[4]) if ordered else None,
+            )
+        )
 
-        Fast path (as the worker's run_batch): one savepoint for the batch. If a handler
-        raises, the batch's writes are rolled back and it runs again with a savepoint per
-        message, so the failure is recorded and the others still commit; in an ordered inbox
-        a failure holds back the rest of its aggregate. PGMSG SAVEPOINT_PER_MESSAGE turns the
-        fast path off.
-        """
-        db = worker.database
-        if not conf.get().SAVEPOINT_PER_MESSAGE:
-            handled = []
-            try:
-                with transaction.atomic(using=db):
-                    for row in rows:
-                        if worker.stopping:
-                            break  # unhandled rows stay pending; their locks go at commit
-                        self._call(row)
-                        handled.append(row[0])
-            except wk._CONNECTION_ERRORS_STRICT:
-                raise
-            except Exception:
-                pass  # rolled back: run again, one savepoint per message
-            else:
-                done.extend(handled)
-                return
-        blocked: set[str] = set()
-        for row in rows:
-            if worker.stopping:
-                break
-            if ordered and row[4] in blocked:
-                continue
-            try:
-                with transaction.atomic(using=db):
-                    self._call(row)
-            except Exception as exc:
-                failed.append(self._failure(row[0], row[1], row[7], exc))
-                blocked.add(row[4])
-            else:
-                done.append(row[0])
+    def _prepare(self, row: tuple):
+        id_, message_id, type_, attempts = row[0], row[1], row[2], row[7]
+        return (
+            wk.Delivery("inbox", id_, self.inbox.name, attempts),
+            lambda: self._call(type_, row),
+            lambda exc: self._failure(id_, message_id, attempts, exc),
+        )
 
-    def _call(self, row: tuple) -> None:
-        id_, type_, attempts = row[0], row[2], row[7]
+    def _call(self, type_: str, row: tuple) -> None:
         func = registry.handlers.get((self.inbox.name, type_))
         if func is None:
             raise errors.UnknownMessageType(
                 f"inbox {self.inbox.name!r} has no handler for message type {type_!r}; "
                 f"handled types: {registry.types(self.inbox.name)}"
             )
-        token = wk._current.set(wk.Delivery("inbox", id_, self.inbox.name, attempts))
-        try:
-            func(self._message(row))
-        finally:
-            wk._current.reset(token)
+        func(self._message(row))
 
     def _message(self, row: tuple) -> InboxMessage:
         (id_, message_id, type_, source, aggregate_id, text, trace_id, attempts, received_at) = row
@@ -200,11 +174,7 @@ class InboxSource:
 
     def _failure(self, id_: int, message_id: str, attempts: int, exc: Exception) -> tuple:
         max_attempts = self.inbox.max_attempts or conf.get().MAX_ATTEMPTS
-        permanent = isinstance(exc, PERMANENT_ERRORS)
-        dead = permanent or attempts + 1 >= max_attempts
-        text = wk.describe_error(exc)
-        if permanent:
-            text = "not retried: this message cannot succeed on a retry\n" + text
+        dead, text = wk.failure_outcome(exc, attempts, max_attempts)
         logger.warning(
             "pgmsg: inbox %r message %r failed (attempt %s%s): %s",
             self.inbox.name,

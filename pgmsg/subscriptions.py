@@ -19,7 +19,6 @@ _SQL = sql.load("subscriptions.sql")
 
 WAKE_PREFIX = "events"
 #: Errors that retrying cannot mend: the partition stops at once.
-PERMANENT_ERRORS = (*wk.PERMANENT_ERRORS, errors.UnknownEventType)
 
 Handler = Callable[[RecordedEvent], Any]
 
@@ -374,11 +373,7 @@ class SubscriptionSource:
         exc: Exception,
     ) -> None:
         max_attempts = self.sub.max_attempts or conf.get().MAX_ATTEMPTS
-        permanent = isinstance(exc, PERMANENT_ERRORS)
-        stop = permanent or attempts + 1 >= max_attempts
-        text = wk.describe_error(exc)
-        if permanent:
-            text = "not retried: this event cannot succeed on a retry\n" + text
+        stop, text = wk.failure_outcome(exc, attempts, max_attempts)
         logger.warning(
             "pgmsg: subscription %r partition %s: event %s (%s v%s, %s) failed (attempt %s%s): %s",
             self.sub.name,

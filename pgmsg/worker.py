@@ -32,8 +32,6 @@ logger = logging.getLogger(__name__)
 
 _SQL = sql.load("notifications.sql")
 
-# Errors that retrying cannot mend: the message goes straight to the dead letters.
-PERMANENT_ERRORS = (errors.PayloadError, errors.UnknownChannel)
 _CONNECTION_ERRORS = (OperationalError, InterfaceError, DatabaseError, psycopg.Error)
 # A lost connection shows as InterfaceError, or OperationalError with the connection closed.
 _CONNECTION_ERRORS_STRICT = (InterfaceError, psycopg.InterfaceError)
@@ -98,7 +96,16 @@ def describe_error(exc: BaseException) -> str:
     return text
 
 
-def run_batch(worker, rows, prepare, on_failure) -> list:
+def failure_outcome(exc: Exception, attempts: int, max_attempts: int) -> tuple[bool, str]:
+    """(give up now?, the error text to keep) for a message whose handlers raised ``exc`` on
+    attempt ``attempts + 1``. A NotRetryable error gives up at once."""
+    text = describe_error(exc)
+    if isinstance(exc, errors.NotRetryable):
+        return True, "not retried: this message cannot succeed on a retry\n" + text
+    return attempts + 1 >= max_attempts, text
+
+
+def run_batch(worker, rows, prepare, on_failure, *, group=None) -> list:
     """Run the handlers of claimed ``rows`` inside the caller's claim transaction.
 
     ``prepare(row)`` returns ``(delivery, handle, fail)``: ``handle()`` runs the row's handlers
@@ -112,6 +119,9 @@ def run_batch(worker, rows, prepare, on_failure) -> list:
     makes batching pay. The price: in such a batch, the handlers of the messages before the
     failing one run twice (their database writes are kept once). PGMSG["SAVEPOINT_PER_MESSAGE"]
     turns the fast path off.
+
+    ``group(row)``, for ordered sources: after a failure, the later rows of the same group are
+    not run (they stay claimed but unhandled, and are released or put back by the caller).
     """
     db = worker.database
     if not conf.get().SAVEPOINT_PER_MESSAGE:
@@ -134,9 +144,12 @@ def run_batch(worker, rows, prepare, on_failure) -> list:
         except Exception:
             pass  # rolled back; run the batch again, one savepoint per message
     done = []
+    blocked = set()
     for row in rows:
         if worker.stopping:
             break
+        if group is not None and group(row) in blocked:
+            continue
         delivery, handle, fail = prepare(row)
         token = _current.set(delivery)
         try:
@@ -144,6 +157,8 @@ def run_batch(worker, rows, prepare, on_failure) -> list:
                 handle()
         except Exception as exc:
             on_failure(fail(exc))
+            if group is not None:
+                blocked.add(group(row))
         else:
             done.append(delivery.id)
         finally:
@@ -208,12 +223,7 @@ class NotificationSource:
 
     def _failure(self, id_: int, channel: str, attempts: int, exc: Exception):
         spec = self._specs[channel]
-        max_attempts = spec.max_attempts or conf.get().MAX_ATTEMPTS
-        permanent = isinstance(exc, PERMANENT_ERRORS)
-        dead = permanent or attempts + 1 >= max_attempts
-        text = describe_error(exc)
-        if permanent:
-            text = "not retried: the payload cannot succeed on a retry\n" + text
+        dead, text = failure_outcome(exc, attempts, spec.max_attempts or conf.get().MAX_ATTEMPTS)
         logger.warning(
             "pgmsg: notification %s on %r failed (attempt %s%s): %s",
             id_,
