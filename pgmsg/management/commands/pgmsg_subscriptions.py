@@ -57,7 +57,10 @@ class Command(BaseCommand):
         for row in rows:
             line = (
                 f"{row.subscription}\t{row.partition}\t{row.state}\t"
-                f"checkpoint={row.checkpoint_position}\thandled={row.handled}\t"
+                # The checkpoint is (transaction id, position): a position of 0 after a
+                # transaction id means "everything before that transaction".
+                f"checkpoint={row.checkpoint_position}\t"
+                f"checkpoint_transaction={row.checkpoint_transaction}\thandled={row.handled}\t"
                 f"attempts={row.attempts}"
             )
             if row.failed_position is not None:
