@@ -38,7 +38,7 @@ def spark():
     try:
         export.java_command()
     except errors.JavaMissing as exc:
-        pytest.skip(f"the Spark export tests need Java 17+: {exc}")
+        pytest.skip(reason=f"the Spark export tests need Java 17+: {exc}")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
