@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench install clean
+.PHONY: demo test lint typecheck wheel-check matrix bench install clean
 
 $(BIN)/.installed: setup.cfg pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -22,8 +22,18 @@ test: install
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
+typecheck: install
+	$(BIN)/mypy
+
+wheel-check: install
+	.ci/wheel-check
+
+# Every Python x Django x PostgreSQL cell (noxfile.py); writes docs/compatibility.md's table.
+matrix: install
+	$(BIN)/nox
+
 bench: install
-	$(BIN)/python bench/notifications.py
+	$(BIN)/python bench/all.py
 
 clean:
 	rm -rf $(VENV) .pgdata build *.egg-info

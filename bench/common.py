@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def scratch_url(name: str) -> str:
     """Drop and re-create database ``name`` on DATABASE_URL's server (or the embedded one)."""
-    from pgmsg.devdb import database_url, default_database
+    from pgmsg_dev.devdb import database_url, default_database
 
     base = default_database(ROOT / ".pgdata")  # starts the embedded server when no URL
     with psycopg.connect(database_url(base, name="postgres"), autocommit=True) as conn:

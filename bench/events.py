@@ -30,7 +30,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import common  # noqa: E402
+from bench import common, summary  # noqa: E402
 
 SCRATCH_DB = "pgmsg_bench_events"
 
@@ -38,7 +38,8 @@ SCRATCH_DB = "pgmsg_bench_events"
 def declare():
     """The bench's event type and subscriptions (after django.setup(), in every process)."""
     import pgmsg
-    from pgmsg import events, subscriptions
+    from pgmsg.events import store as events
+    from pgmsg.events import subscriptions
 
     if "bench.tick" in events.event_types:
         return events.event_types["bench.tick"]
@@ -218,12 +219,12 @@ def raw_reads(url: str, count: int) -> list[tuple[str, float]]:
 
 def pgmsg_reads(count: int) -> list[tuple[str, float]]:
     import pgmsg
-    from pgmsg import subscriptions
-    from pgmsg.worker import Worker
+    from pgmsg.core.worker import Worker
+    from pgmsg.events import subscription_operations, subscriptions
 
     declare()
     out = []
-    t, after, seen = time.perf_counter(), pgmsg.events.START, 0
+    t, after, seen = time.perf_counter(), pgmsg.events.store.START, 0
     while page := pgmsg.read_all(after, category="bench", limit=1000):
         seen += len(page)
         after = page[-1].checkpoint
@@ -232,7 +233,7 @@ def pgmsg_reads(count: int) -> list[tuple[str, float]]:
     for partitions in (1, 4):
         for batch in (100, 1000):
             name = f"bench-catchup-{partitions}"
-            subscriptions.reset(name)
+            subscription_operations.reset(name)
             subscriptions.counted["n"] = 0
             t = time.perf_counter()
             Worker(
@@ -260,7 +261,7 @@ def pgmsg_reads(count: int) -> list[tuple[str, float]]:
 def run_worker(url: str) -> None:
     common.django_setup(url, migrate=False)
     declare()
-    from pgmsg.worker import Worker
+    from pgmsg.core.worker import Worker
 
     Worker(subscriptions=["bench-lag"]).run()
 
@@ -301,7 +302,8 @@ def percentiles(lags: list[float]) -> str:
     return f"p50 {q[49]:6.1f} ms   p95 {q[94]:6.1f} ms   max {ms[-1]:6.1f} ms   (n={len(ms)})"
 
 
-def lag(url: str, count: int, gap: float) -> tuple[str, str]:
+def lag(url: str, count: int, gap: float) -> tuple[tuple[float, str], tuple[float, str]]:
+    """(p50 in ms, percentiles line) of pgmsg, then of raw."""
     import pgmsg
 
     Tick = declare()
@@ -337,7 +339,11 @@ def lag(url: str, count: int, gap: float) -> tuple[str, str]:
         listener.terminate()
         listener.join()
         raw = [h - s for s, h in conn.execute("SELECT sent, handled FROM raw_lag_result")]
-    return percentiles(ours), percentiles(raw)
+    return (p50(ours), percentiles(ours)), (p50(raw), percentiles(raw))
+
+
+def p50(lags: list[float]) -> float:
+    return statistics.median(lags) * 1000
 
 
 def main() -> None:
@@ -359,19 +365,45 @@ def main() -> None:
         f"{os.cpu_count()} CPU(s), database {SCRATCH_DB}"
     )
     print("\nAppends")
-    show(raw_appends(url, args.single, args.batches))
-    show(pgmsg_appends(args.single, args.batches))
+    rows = raw_appends(url, args.single, args.batches)
+    show(rows)
+    rows += (ours := pgmsg_appends(args.single, args.batches))
+    show(ours)
     print(f"\nCatching up over {args.events:,} events (handler does nothing)")
     fill(url, args.events)
-    show(raw_reads(url, args.events))
-    show(pgmsg_reads(args.events))
+    rows += (raw_rows := raw_reads(url, args.events))
+    show(raw_rows)
+    rows += (ours := pgmsg_reads(args.events))
+    show(ours)
+    summary.pairs(
+        rows,
+        [
+            (
+                "append(), 1 event/tx",
+                "pgmsg append(), 1 event/tx, expected ANY",
+                "raw INSERT + pg_notify, 1 row/tx",
+            ),
+            ("append(), 100 events/tx", "pgmsg append(), 100 events/tx", "raw INSERT, 100 rows"),
+            (
+                "subscription catch-up, 1 partition, batch 1000",
+                "pgmsg subscription catch-up, 1 partition(s), batch 1000",
+                "raw keyset SELECT + json.loads, 1000/page",
+            ),
+            (
+                "subscription catch-up, 4 partitions (1 process), batch 1000",
+                "pgmsg subscription catch-up, 4 partition(s), batch 1000",
+                "raw keyset SELECT + json.loads, 1000/page",
+            ),
+        ],
+    )
     print(
         f"\nEnd-to-end lag, {args.lag_count} events {args.lag_gap * 1000:.0f} ms apart "
         "(commit to handler)"
     )
     ours, raw = lag(url, args.lag_count, args.lag_gap)
-    print(f"  raw INSERT + NOTIFY -> LISTENing process SELECTs   {raw}")
-    print(f"  pgmsg append -> subscription worker handler        {ours}")
+    summary.record("append commit-to-subscription-handler p50", ours[0], raw[0], unit="ms")
+    print(f"  raw INSERT + NOTIFY -> LISTENing process SELECTs   {raw[1]}")
+    print(f"  pgmsg append -> subscription worker handler        {ours[1]}")
 
 
 if __name__ == "__main__":

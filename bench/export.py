@@ -1,14 +1,21 @@
 """Benchmark: Parquet export of N events with Spark, next to a single-process baseline.
 
 Prints rows/s for exporting N events (default 1,000,000) with 1, 2 and 4 read partitions
-through `pgmsg.export.export_tables` on Spark (`local[*]`), and, measured in the same run, a
+through `pgmsg.export_tables` on Spark (`local[*]`), and, measured in the same run, a
 single-process baseline without Spark: the same `COPY (SELECT ...) TO STDOUT` parsed into
 pyarrow and written with `pq.write_table`. Spark's start-up time is printed apart and is not
 in the export figures; the same reads into Spark's "noop" sink show what reading alone costs.
 Every run is a full re-export with `--partition-by none`, so all runs
 write the same rows and the same columns as the baseline.
 
+Then (unless --no-cluster) the same exports on a Spark standalone cluster started from the
+pyspark package (a Master and two Workers of 1 core each, executors of 512 MB, 127.0.0.1), and
+(unless --no-stream) the streaming export (`pgmsg_export --follow`'s code, local[*]) following
+a producer that appends --rate events/s for --seconds seconds: its sustained rate and its lag
+(the age of the oldest event not yet in the lake, after each micro-batch).
+
     DATABASE_URL=postgres://... python bench/export.py [--n 1000000] [--partitions 1,2,4]
+        [--no-cluster] [--no-stream] [--rate 2000] [--seconds 60] [--trigger 1]
 
 Uses DATABASE_URL's server (or the embedded default) and a scratch database
 `pgmsg_bench_export` that it drops and re-creates (events go into its pgmsg_event table,
@@ -35,6 +42,8 @@ sys.path.insert(0, str(ROOT))
 from bench import common  # noqa: E402
 
 SCRATCH_DB = "pgmsg_bench_export"
+# Spark binds where the host name resolves, else to the first interface: stay on 127.0.0.1.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 SETTINGS = "pgmsg_tests.settings"
 
 
@@ -85,7 +94,7 @@ def baseline(out: Path) -> tuple[int, float]:
     import pyarrow.parquet as pq
 
     from pgmsg import export
-    from pgmsg.spark_source import read_range
+    from pgmsg.export.source import read_range
 
     [table_plan] = export.plan(
         str(out), tables=["events"], partitions=1, partition_by="none", full=True
@@ -102,9 +111,8 @@ def baseline(out: Path) -> tuple[int, float]:
 
 def read_only(spark, work: Path, parts: int) -> tuple[int, float]:
     from pgmsg import export
-    from pgmsg.spark_source import FORMAT, PgmsgDataSource
+    from pgmsg.export.source import FORMAT
 
-    spark.dataSource.register(PgmsgDataSource)
     [table_plan] = export.plan(
         str(work), tables=["events"], partitions=parts, partition_by="none", full=True
     )
@@ -114,11 +122,114 @@ def read_only(spark, work: Path, parts: int) -> tuple[int, float]:
     return table_plan.rows, time.perf_counter() - started
 
 
+def on_cluster(work: Path, partition_counts: list[int]) -> list[tuple]:
+    """The same full exports on a 2-worker standalone cluster (in this process: a new
+    SparkContext after the local one stopped)."""
+    from pgmsg import export
+    from pgmsg_dev.sparkcluster import Cluster
+
+    cluster = Cluster(work / "cluster")
+    results = []
+    try:
+        started = time.perf_counter()
+        cluster.start()
+        took = time.perf_counter() - started
+        print(f"standalone cluster (master + 2 workers) started in {took:.1f}s")
+        conf = dict(pair.split("=", 1) for pair in cluster.conf()[1::2])
+        conf.pop("spark.pyspark.python")  # executors run this interpreter (pgmsg not needed)
+        conf.pop("spark.driver.memory")  # fixed when the first session started the JVM
+        started = time.perf_counter()
+        spark = export.start_spark(cluster.url, conf)
+        spark.sparkContext.setLogLevel("ERROR")
+        print(f"Spark start-up on the cluster: {time.perf_counter() - started:.1f}s (not counted)")
+        export.export_tables(
+            str(work / "cwarmup"), spark=spark, tables=["events"], partitions=2,
+            partition_by="none", full=True,
+        )  # fmt: skip
+        for parts in partition_counts:
+            summary = export.export_tables(
+                str(work / f"cluster{parts}"), spark=spark, tables=["events"],
+                partitions=parts, partition_by="none", full=True,
+            )  # fmt: skip
+            [result] = summary.results
+            results.append(
+                (f"cluster (2 workers x 1 core), {parts} read partition(s)", result.rows,
+                 summary.seconds, result.bytes)
+            )  # fmt: skip
+        spark.stop()
+    finally:
+        cluster.stop()
+    return results
+
+
+def streaming(spark, url: str, work: Path, rate: int, seconds: float, trigger: float) -> str:
+    """Follow pgmsg_event while a producer appends ``rate`` events/s; rate and lag."""
+    import statistics
+    import threading
+
+    from pgmsg.export import follow
+
+    progress: list = []
+    stop = threading.Event()
+    follower = threading.Thread(
+        target=follow.follow,
+        args=(str(work / "stream"),),
+        kwargs=dict(
+            checkpoint=str(work / "stream-checkpoint"), tables=["events"], spark=spark,
+            trigger_seconds=trigger, stop=stop, echo=lambda line: None,
+            on_progress=progress.append,
+        ),
+    )  # fmt: skip
+    with psycopg.connect(url, autocommit=True) as conn:
+        # The batch part's million events would first be caught up with: start from nothing.
+        conn.execute("TRUNCATE pgmsg_event, pgmsg_stream")
+    follower.start()
+    while not progress:  # the first (empty) micro-batch: the query runs
+        time.sleep(0.5)
+    caught_up = len(progress)
+    produced = 0
+    chunk = max(1, rate // 10)
+    with psycopg.connect(url, autocommit=True) as conn:
+        began = time.perf_counter()
+        while time.perf_counter() - began < seconds:
+            conn.execute(
+                "INSERT INTO pgmsg_event (stream_name, category, version, type, data, metadata,"
+                " message_id) SELECT 'live-' || (%(p)s + i), 'live', 1, 'live.tick',"
+                " jsonb_build_object('i', %(p)s + i), '{}', gen_random_uuid()"
+                " FROM generate_series(1, %(n)s) AS i",
+                {"p": produced, "n": chunk},
+            )
+            produced += chunk
+            time.sleep(max(0.0, produced / rate - (time.perf_counter() - began)))
+        produced_seconds = time.perf_counter() - began
+    while progress[-1].behind_rows:  # drain what is left
+        time.sleep(0.2)
+    drained = time.perf_counter() - began
+    stop.set()
+    follower.join()
+    live = progress[caught_up:]
+    lags = [p.behind_seconds for p in live if p.rows]
+    exported = sum(p.rows for p in live)
+    return (
+        f"\nstreaming export (local[*], trigger {trigger:g}s): producer {produced:,} events in "
+        f"{produced_seconds:.1f}s ({produced / produced_seconds:,.0f}/s); exported {exported:,} in "
+        f"{len(lags)} micro-batch(es), all in the lake {drained:.1f}s after the producer started "
+        f"({exported / drained:,.0f}/s sustained); lag after each batch (age of the oldest event "
+        f"not yet exported): median {statistics.median(lags or [0]):.1f}s, max "
+        f"{max(lags or [0]):.1f}s"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000, help="events to export")
     parser.add_argument("--partitions", default="1,2,4", help="read partitions to try")
     parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--no-cluster", action="store_true", help="skip the standalone cluster")
+    parser.add_argument("--no-stream", action="store_true", help="skip the streaming export")
+    parser.add_argument("--rate", type=int, default=2000, help="streaming: events/s produced")
+    parser.add_argument("--seconds", type=float, default=60, help="streaming: producer run")
+    parser.add_argument("--trigger", type=float, default=1.0, help="streaming: trigger (s)")
     args = parser.parse_args()
     partition_counts = [int(p) for p in args.partitions.split(",")]
 
@@ -184,9 +295,21 @@ def main() -> None:
             results.append(
                 (f"  read only (noop sink), {parts} read partition(s)", rows, seconds, 0)
             )
+        print_table(results)  # the figures so far, in case a later part fails
+        if not args.no_cluster:
+            spark.stop()
+            results += on_cluster(work, partition_counts)
+            print_table(results)
+            spark = export.start_spark(args.master, {"spark.ui.enabled": "false"})
+            spark.sparkContext.setLogLevel("ERROR")
+        if not args.no_stream:
+            print(streaming(spark, url, work, args.rate, args.seconds, args.trigger))
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def print_table(results: list[tuple]) -> None:
 
     print(f"\n{'what':<58} {'rows':>10} {'seconds':>8} {'rows/s':>10} {'MB':>7}")
     for name, rows, seconds, size in results:

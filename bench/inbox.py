@@ -29,7 +29,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import common  # noqa: E402
+from bench import common, summary  # noqa: E402
 
 SCRATCH_DB = "pgmsg_bench_inbox"
 SETTINGS = "pgmsg_tests.settings"
@@ -279,6 +279,21 @@ def main() -> None:
     print(f"\n{'measurement':<{width}}  {'msg/s':>9}")
     for name, rate, note in rows:
         print(f"{name:<{width}}  {rate:>9,.0f}  {note}")
+    summary.pairs(
+        rows,
+        [
+            (
+                "inbox receive(), 1 msg/tx",
+                "pgmsg receive(), 1 msg/tx, new ids",
+                "raw INSERT ON CONFLICT, 1 row/tx",
+            ),
+            (
+                "inbox processing, unordered, 1 worker process",
+                "pgmsg processing, unordered, 1 worker",
+                "raw claim 100 SKIP LOCKED + UPDATE/tx, 1 consumer",
+            ),
+        ],
+    )
 
 
 if __name__ == "__main__":

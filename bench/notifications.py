@@ -32,7 +32,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import common  # noqa: E402
+from bench import common, summary  # noqa: E402
 
 SCRATCH_DB = "pgmsg_bench"
 
@@ -178,6 +178,41 @@ def produce_rates(n: int, n_single: int) -> list[tuple[str, float]]:
     return out
 
 
+def validation_cost(n: int) -> str:
+    """notify() (1 msg/tx) with and without the send-time check, alternating in rounds."""
+    from django.db import connection
+    from django.test import override_settings
+
+    import pgmsg
+    from bench.benchapp.listeners import Tick
+
+    spent = {True: 0.0, False: 0.0}
+    rounds = 10
+    for _ in range(rounds):
+        for validate in (True, False):
+            with override_settings(PGMSG={"VALIDATE_ON_SEND": validate}):
+                t = time.perf_counter()
+                for i in range(n // rounds):
+                    pgmsg.notify(Tick(seq=i))
+                spent[validate] += time.perf_counter() - t
+    with connection.cursor() as cur:
+        cur.execute("TRUNCATE pgmsg_notification")
+    on, off = (n / spent[True], n / spent[False])
+    # The check alone, without the database: what it adds to each message.
+    from pgmsg.core import payloads
+
+    text = payloads.dumps(Tick(seq=1))
+    t = time.perf_counter()
+    for _ in range(n * 10):
+        payloads.check_decodes(Tick, text, what="bench")
+    alone = (time.perf_counter() - t) / (n * 10) * 1e6
+    return (
+        f"notify() 1 msg/tx with the send-time type check {on:,.0f} msg/s, without "
+        f"{off:,.0f} msg/s: ratio {on / off:.3f} (N={n} each, alternating rounds); "
+        f"the check alone {alone:.1f} us per message"
+    )
+
+
 def end_to_end(url: str, n: int, workers: int) -> tuple[str, float, str]:
     from django.db import transaction
 
@@ -262,13 +297,28 @@ def main() -> None:
     rows += [(name, rate, "") for name, rate in raw_ceiling(url, args.n, args.single_n)]
     common.django_setup(url, "bench.settings")
     rows += [(name, rate, "") for name, rate in produce_rates(args.n, args.single_n)]
+    check_cost = validation_cost(args.single_n)
     for workers in (1, 2):
         rows.append(end_to_end(url, args.n, workers))
     width = max(len(r[0]) for r in rows)
     print(f"\n{'measurement':<{width}}  {'msg/s':>9}")
     for name, rate, note in rows:
         print(f"{name:<{width}}  {rate:>9,.0f}  {note}")
+    summary.pairs(
+        rows,
+        [
+            ("notify(), 1 msg/tx (bench/notifications.py)", "pgmsg notify()", "raw INSERT, 1 row"),
+            (
+                "end to end, 1 listen process, producer 1000/tx",
+                "pgmsg end-to-end, 1 worker",
+                "raw claim+delete SKIP LOCKED LIMIT 100/tx, 1 consumer",
+            ),
+        ],
+    )
+    print(f"\n{check_cost}")
     lat = latency(url, args.latency_count, args.latency_gap_ms / 1000)
+    summary.record("notification commit-to-handler p50, idle worker", pct(lat, 50), unit="ms")
+    summary.record("notification commit-to-handler p99, idle worker", pct(lat, 99), unit="ms")
     print(
         f"\ncommit-to-handler latency, idle worker, {len(lat)} messages "
         f"{args.latency_gap_ms:.0f} ms apart: p50 {pct(lat, 50):.2f} ms  "

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from pgmsg.devdb import default_database
+from pgmsg_dev.devdb import default_database
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -21,6 +21,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.postgres",  # pgmsg uses ArrayField (Django 6.0 checks for this app)
     "pgtrigger",
     "pgmsg",
     "example_project.shop",

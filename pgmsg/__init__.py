@@ -8,48 +8,110 @@ share a name with an export (importing it would shadow the export on the package
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
+    from pgmsg.channels.deadletters import dead_letters, discard, replay
+    from pgmsg.channels.declarations import BROADCAST, EXACTLY_ONCE, Channel, listener
+    from pgmsg.channels.sending import notify, notify_many
+    from pgmsg.channels.triggers import ChannelTrigger, RowChange
+    from pgmsg.core import errors
+    from pgmsg.core.batch import current_delivery
+    from pgmsg.core.worker import Worker
+    from pgmsg.events.aggregates import Aggregate, Repository
+    from pgmsg.events.reads import read_all, read_stream
+    from pgmsg.events.store import (
+        ANY,
+        NO_STREAM,
+        Event,
+        RecordedEvent,
+        append,
+    )
+    from pgmsg.events.subscriptions import Subscription
+    from pgmsg.export import export_tables
+    from pgmsg.inbox.declarations import Inbox, InboxMessage, inbox_handler, receive, receive_many
+    from pgmsg.inbox.model_inbox import ModelInbox
+    from pgmsg.inbox.operations import inbox_health
 
 _EXPORTS = {
-    "ANY": "pgmsg.events",
-    "Aggregate": "pgmsg.aggregates",
-    "BROADCAST": "pgmsg.channels",
-    "Channel": "pgmsg.channels",
-    "ChannelTrigger": "pgmsg.triggers",
-    "EXACTLY_ONCE": "pgmsg.channels",
-    "Event": "pgmsg.events",
-    "Inbox": "pgmsg.inbox",
-    "InboxMessage": "pgmsg.inbox",
-    "ModelInbox": "pgmsg.model_inbox",
-    "NO_STREAM": "pgmsg.events",
-    "RecordedEvent": "pgmsg.events",
-    "Repository": "pgmsg.aggregates",
-    "RowChange": "pgmsg.triggers",
-    "Subscription": "pgmsg.subscriptions",
-    "Worker": "pgmsg.worker",
-    "append": "pgmsg.events",
-    "current_delivery": "pgmsg.worker",
-    "dead_letters": "pgmsg.deadletter",
-    "discard": "pgmsg.deadletter",
-    "export_tables": "pgmsg.export",
-    "inbox_handler": "pgmsg.inbox",
-    "inbox_health": "pgmsg.inbox_ops",
-    "listener": "pgmsg.channels",
-    "notify": "pgmsg.sending",
-    "notify_many": "pgmsg.sending",
-    "read_all": "pgmsg.events",
-    "read_stream": "pgmsg.events",
-    "receive": "pgmsg.inbox",
-    "receive_many": "pgmsg.inbox",
-    "replay": "pgmsg.deadletter",
+    "ANY": "pgmsg.events.store",
+    "Aggregate": "pgmsg.events.aggregates",
+    "BROADCAST": "pgmsg.channels.declarations",
+    "Channel": "pgmsg.channels.declarations",
+    "ChannelTrigger": "pgmsg.channels.triggers",
+    "Checkpoint": "pgmsg.events.store",
+    "EXACTLY_ONCE": "pgmsg.channels.declarations",
+    "Event": "pgmsg.events.store",
+    "Inbox": "pgmsg.inbox.declarations",
+    "InboxMessage": "pgmsg.inbox.declarations",
+    "ModelInbox": "pgmsg.inbox.model_inbox",
+    "NO_STREAM": "pgmsg.events.store",
+    "Outbox": "pgmsg.outbox.declarations",
+    "RecordedEvent": "pgmsg.events.store",
+    "Repository": "pgmsg.events.aggregates",
+    "RowChange": "pgmsg.channels.triggers",
+    "START": "pgmsg.events.store",
+    "Subscription": "pgmsg.events.subscriptions",
+    "Worker": "pgmsg.core.worker",
+    "append": "pgmsg.events.store",
+    "current_delivery": "pgmsg.core.batch",
+    "dead_letters": "pgmsg.channels.deadletters",
+    "discard": "pgmsg.channels.deadletters",
+    "export_tables": "pgmsg.export.run",
+    "inbox_handler": "pgmsg.inbox.declarations",
+    "inbox_health": "pgmsg.inbox.operations",
+    "listener": "pgmsg.channels.declarations",
+    "notify": "pgmsg.channels.sending",
+    "notify_many": "pgmsg.channels.sending",
+    "outbox_health": "pgmsg.outbox.operations",
+    "publish": "pgmsg.outbox.declarations",
+    "publish_many": "pgmsg.outbox.declarations",
+    "read_all": "pgmsg.events.reads",
+    "read_stream": "pgmsg.events.reads",
+    "receive": "pgmsg.inbox.declarations",
+    "receive_many": "pgmsg.inbox.declarations",
+    "replay": "pgmsg.channels.deadletters",
 }
 
-__all__ = sorted([*_EXPORTS, "errors"])
+__all__ = [
+    "ANY",
+    "Aggregate",
+    "BROADCAST",
+    "Channel",
+    "ChannelTrigger",
+    "EXACTLY_ONCE",
+    "Event",
+    "Inbox",
+    "InboxMessage",
+    "ModelInbox",
+    "NO_STREAM",
+    "RecordedEvent",
+    "Repository",
+    "RowChange",
+    "Subscription",
+    "Worker",
+    "append",
+    "current_delivery",
+    "dead_letters",
+    "discard",
+    "errors",
+    "export_tables",
+    "inbox_handler",
+    "inbox_health",
+    "listener",
+    "notify",
+    "notify_many",
+    "read_all",
+    "read_stream",
+    "receive",
+    "receive_many",
+    "replay",
+]
 
 
 def __getattr__(name: str) -> Any:
     if name == "errors":
-        return importlib.import_module("pgmsg.errors")
+        return importlib.import_module("pgmsg.core.errors")
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'pgmsg' has no attribute {name!r}")

@@ -6,7 +6,8 @@ from django.conf import settings
 from django.core import checks
 from django.db import connections
 
-from pgmsg import channels, conf, errors
+from pgmsg.channels import declarations as channels
+from pgmsg.core import conf, errors
 
 
 @checks.register(checks.Tags.database, checks.Tags.compatibility)

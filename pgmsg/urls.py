@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from django.urls import path
 
-from pgmsg import views
+from pgmsg.inbox import views
+from pgmsg.metrics import views as metrics_views
 
 app_name = "pgmsg"
 
 urlpatterns = [
     path("inbox/health/", views.inbox_health, name="inbox-health"),
     path("inbox/health/<str:name>/", views.inbox_health, name="inbox-health-one"),
+    path("metrics/", metrics_views.metrics, name="metrics"),
 ]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from pgmsg.devdb import database_url
+from pgmsg_dev.devdb import database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,17 +31,18 @@ class WorkerProcesses:
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def start(self, *args: str) -> subprocess.Popen:
-        log = open(self.tmp_path / f"worker{len(self.procs)}.log", "w")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "django", "listen", "-v", "2", *args],
-            cwd=ROOT,
-            env=self.env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        proc.log_path = log.name
+    def start(self, *args: str, env: dict | None = None) -> subprocess.Popen:
+        log_path = self.tmp_path / f"worker{len(self.procs)}.log"
+        with open(log_path, "w") as log:  # the child keeps its own descriptor
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "django", "listen", "-v", "2", *args],
+                cwd=ROOT,
+                env={**self.env(), **(env or {})},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        proc.log_path = str(log_path)
         self.procs.append(proc)
         return proc
 
@@ -77,3 +78,24 @@ def wait_for(predicate, *, timeout: float = 60.0, interval: float = 0.05, messag
             return value
         time.sleep(interval)
     pytest.fail(f"timed out after {timeout}s waiting for: {message or predicate}")
+
+
+def skip_unless(available: bool, reason: str) -> None:
+    """Skip the test, saying why, when something it needs is absent from this machine; with
+    PGMSG_NO_SKIP=1 (set by .ci/run) fail instead, so CI cannot pass by skipping it."""
+    if available:
+        return
+    if os.environ.get("PGMSG_NO_SKIP") == "1":
+        pytest.fail(f"PGMSG_NO_SKIP=1 and {reason}")
+    pytest.skip(reason=reason)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under PGMSG_NO_SKIP=1 (.ci/run) a skip of any kind fails: CI has every service and
+    tool the tests need, so a skip there means something is broken, not absent."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("PGMSG_NO_SKIP") == "1":
+        report.outcome = "failed"
+        report.longrepr = f"PGMSG_NO_SKIP=1 and the test skipped: {report.longrepr}"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from pgmsg.core.worker import Worker
 from pgmsg.models import Notification
-from pgmsg.worker import Worker
 from pgmsg_tests.testapp.models import Effect
 
 

@@ -1,8 +1,10 @@
 """Settings for pgmsg's own tests: DATABASE_URL, or an embedded PostgreSQL in .pgdata/."""
 
+import json
+import os
 from pathlib import Path
 
-from pgmsg.devdb import default_database
+from pgmsg_dev.devdb import default_database
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -11,6 +13,7 @@ DEBUG = False
 USE_TZ = True
 TIME_ZONE = "UTC"
 ROOT_URLCONF = "pgmsg_tests.urls"
+STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 INSTALLED_APPS = [
@@ -19,6 +22,8 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",  # pgmsg uses ArrayField (Django 6.0 checks for this app)
     "pgtrigger",
     "pgmsg",
     "pgmsg_tests.testapp",
@@ -26,6 +31,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
 ]
@@ -44,9 +50,34 @@ TEMPLATES = [
     }
 ]
 
-DATABASES = {"default": default_database(BASE_DIR / ".pgdata", name="pgmsg")}
+# PGMSG_TEST_DATABASE: a database name of one's own on the embedded server (nox cells use it).
+DATABASES = {
+    "default": default_database(
+        BASE_DIR / ".pgdata", name=os.environ.get("PGMSG_TEST_DATABASE", "pgmsg")
+    )
+}
 
-PGMSG = {"SWEEP_INTERVAL": 1.0, "RETRY_BACKOFF": 0.05, "RETRY_BACKOFF_MAX": 0.2}
+# Outbox destinations: the brokers on this machine; a process test points one at its TCP proxy
+# through PGMSG_TEST_DESTINATIONS (a JSON object merged over these).
+OUTBOX_DESTINATIONS = {
+    "rabbit": "amqp://guest:guest@127.0.0.1:5672/%2F",
+    "jetstream": "nats://127.0.0.1:4222",
+    "redis": "redis://127.0.0.1:6379/0",
+    "mqtt": "mqtt://127.0.0.1:1883",
+    "recorder": "pgmsg_tests.testapp.outbox_declarations.record",
+    **json.loads(os.environ.get("PGMSG_TEST_DESTINATIONS", "{}")),
+}
+
+PGMSG = {
+    "SWEEP_INTERVAL": 1.0,
+    "RETRY_BACKOFF": 0.05,
+    "RETRY_BACKOFF_MAX": 0.2,
+    "RECONNECT_BACKOFF_MAX": 1.0,
+    "OUTBOX_DESTINATIONS": OUTBOX_DESTINATIONS,
+    "OUTBOX_PUBLISH_TIMEOUT": 3.0,
+    # A frozen worker's batch goes back after this (tests freeze workers with SIGSTOP).
+    "WORKER_IDLE_TIMEOUT": 3.0,
+}
 
 LOGGING = {
     "version": 1,

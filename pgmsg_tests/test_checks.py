@@ -6,7 +6,8 @@ import pytest
 from django.core.management import call_command
 from django.test import override_settings
 
-from pgmsg import checks, conf, errors
+from pgmsg import checks
+from pgmsg.core import conf, errors
 
 
 def ids(problems):
@@ -61,7 +62,7 @@ def test_an_unknown_database_alias_is_an_error():
 
 
 def test_listeners_of_undeclared_channels_are_reported():
-    from pgmsg import channels
+    from pgmsg.channels import declarations as channels
 
     channels.registry.add_listener("test.typo", lambda m: None)
     try:

@@ -24,8 +24,9 @@ PY="$VENV/bin/python"
 if [ "${PEERS_QUICK:-0}" = 1 ]; then N=1000; LAT="--lat-count 50"; else N=10000; LAT="--lat-count 300 --lat-gap-ms 20"; fi
 C="--reps 1 $LAT --n $N"
 cd "$WORK"
-timeout 900 "$PY" sys_raw.py --limit 100 $C --no-latency
-timeout 900 "$PY" sys_pgmsg.py $C
+# --drain: also k workers on a prefilled backlog (the workers' own rate), pgmsg next to raw.
+timeout 900 "$PY" sys_raw.py --limit 100 $C --no-latency --drain
+timeout 900 "$PY" sys_pgmsg.py $C --drain
 timeout 900 "$PY" sys_pgqueuer.py $C
 timeout 900 "$PY" sys_procrastinate.py $C --no-enqueue
 timeout 1500 "$PY" sys_pgpubsub.py $C --no-enqueue

@@ -2,6 +2,8 @@
 
 Producer: pgmsg.notify() per transaction, notify_many() per 1000; workers: `manage.py listen
 bench.tick` with the documented default settings; acknowledged = the stored row deleted.
+run.sh passes --drain: k workers also drain a prefilled backlog (enqueue_batch, then the
+workers start), timed by the harness from the first claim to the empty table.
 Copied next to the harness's common.py by bench/peers/run.sh.
 """
 

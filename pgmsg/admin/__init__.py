@@ -1,3 +1,3 @@
 """Django admin for pgmsg's tables: one module per kind of message."""
 
-from pgmsg.admin import events, inbox, notifications  # noqa: F401
+from pgmsg.admin import deadletters, events, inbox, notifications, outbox, overview  # noqa: F401

@@ -1,27 +1,19 @@
-"""What every pgmsg admin shares: rows are written by pgmsg, never edited by hand."""
+"""What every pgmsg admin shares: rows are written by pgmsg, never edited or deleted by hand."""
 
 from __future__ import annotations
 
 from django.contrib import admin
+from django.utils.html import format_html
 
 
-class MessageAdmin(admin.ModelAdmin):
-    """Read-only listing; operations are admin actions guarded by their own permissions.
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """No add, no change, and no delete: not even for superusers.
 
-    An action declared with ``permissions=["replay"]`` is shown only to users who hold
-    ``pgmsg.replay_<model>`` (the model's Meta.permissions declares it).
+    Django's own delete (the change page's Delete button and the ``delete_selected`` action)
+    would remove rows that pgmsg still has to handle, without the audit trail of pgmsg's own
+    operations (who discarded what, when, why). Rows leave only through those operations,
+    offered as actions guarded by their own permissions.
     """
-
-    ordering = ["-id"]
-
-    def __init__(self, model, admin_site):
-        super().__init__(model, admin_site)
-        self.readonly_fields = [f.name for f in model._meta.fields]
-
-    @admin.display(description="last error")
-    def short_error(self, obj):
-        lines = obj.last_error.strip().splitlines()
-        return lines[-1][:120] if lines else ""
 
     def has_add_permission(self, request):
         return False
@@ -29,8 +21,55 @@ class MessageAdmin(admin.ModelAdmin):
     def has_change_permission(self, request, obj=None):
         return False
 
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+
+class MessageAdmin(ReadOnlyAdmin):
+    """Read-only listing; operations are admin actions guarded by their own permissions.
+
+    An action declared with ``permissions=["replay"]`` is shown only to users who hold
+    ``pgmsg.replay_<model>`` (the model's Meta.permissions declares it; a proxy model, such as
+    a dead-letter listing, uses its concrete model's permissions).
+    """
+
+    ordering = ["-id"]
+
+    def __init__(self, model, admin_site):
+        super().__init__(model, admin_site)
+        # The error is shown as preformatted text: a traceback keeps its indentation.
+        self.readonly_fields = [
+            "error_detail" if f.name == "last_error" else f.name for f in model._meta.fields
+        ]
+
+    @admin.display(description="last error")
+    def short_error(self, obj):
+        lines = obj.last_error.strip().splitlines()
+        return lines[-1][:120] if lines else ""
+
+    @admin.display(description="last error")
+    def error_detail(self, obj):
+        if not obj.last_error:
+            return ""
+        return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', obj.last_error)
+
+    def _permission(self, action: str) -> str:
+        concrete = self.model._meta.concrete_model._meta
+        return f"{concrete.app_label}.{action}_{concrete.model_name}"
+
     def _has_operation(self, request, operation: str) -> bool:
-        return request.user.has_perm(f"pgmsg.{operation}_{self.model._meta.model_name}")
+        return request.user.has_perm(self._permission(operation))
+
+    def has_view_permission(self, request, obj=None):
+        # As Django's own rule (view or change), on the concrete model's permissions.
+        return request.user.has_perm(self._permission("view")) or request.user.has_perm(
+            self._permission("change")
+        )
 
     def has_replay_permission(self, request):
         return self._has_operation(request, "replay")

@@ -6,13 +6,14 @@ from collections import defaultdict
 
 from django.contrib import admin, messages
 
-from pgmsg import errors, subscriptions
-from pgmsg.admin.base import MessageAdmin
+from pgmsg.admin.base import MessageAdmin, ReadOnlyAdmin
+from pgmsg.core import errors
+from pgmsg.events import subscription_operations as subscriptions
 from pgmsg.models import StoredEvent, SubscriptionPartition
 
 
 @admin.register(StoredEvent)
-class StoredEventAdmin(admin.ModelAdmin):
+class StoredEventAdmin(ReadOnlyAdmin):
     list_display = ["position", "stream_name", "version", "type", "recorded_at"]
     # Exact or prefix lookups only: the store is large, and list filters would scan it for
     # their DISTINCT values on every page.
@@ -20,15 +21,6 @@ class StoredEventAdmin(admin.ModelAdmin):
     show_full_result_count = False
     ordering = ["-position"]
     readonly_fields = [f.name for f in StoredEvent._meta.fields]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False  # the store is append-only
 
 
 class StateFilter(admin.SimpleListFilter):
@@ -55,7 +47,8 @@ class SubscriptionPartitionAdmin(MessageAdmin):
         "subscription",
         "partition",
         "state",
-        "checkpoint_position",
+        "behind",
+        "last_handled",
         "handled",
         "attempts",
         "failed_position",
@@ -66,8 +59,23 @@ class SubscriptionPartitionAdmin(MessageAdmin):
     ordering = ["subscription", "partition"]
     actions = ["retry_selected", "skip_selected"]
 
-    def has_delete_permission(self, request, obj=None):
-        return False
+    def _lag(self, obj):
+        # Computed once per row and page (two indexed queries; see subscription_operations.lag).
+        if not hasattr(obj, "_pgmsg_lag"):
+            obj._pgmsg_lag = subscriptions.lag(obj)
+        return obj._pgmsg_lag
+
+    @admin.display(description="behind the head")
+    def behind(self, obj):
+        lag = self._lag(obj)
+        return "? (not declared)" if lag is None else lag.behind_text
+
+    @admin.display(description="last handled position")
+    def last_handled(self, obj):
+        lag = self._lag(obj)
+        if lag is None or lag.last_handled_position is None:
+            return "-"
+        return lag.last_handled_position
 
     @admin.action(
         description="Retry the failed event of selected partitions now", permissions=["operate"]

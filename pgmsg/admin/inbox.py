@@ -7,8 +7,8 @@ from collections import defaultdict
 from django.contrib import admin, messages
 from django.db.models import Q
 
-from pgmsg import inbox_ops
 from pgmsg.admin.base import MessageAdmin
+from pgmsg.inbox import operations as inbox_ops
 from pgmsg.models import InboxMessage
 
 

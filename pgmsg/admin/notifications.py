@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.db.models import Q
 
-from pgmsg import deadletter
 from pgmsg.admin.base import MessageAdmin
+from pgmsg.channels import deadletters as deadletter
 from pgmsg.models import Notification
 
 
@@ -51,7 +51,8 @@ class NotificationAdmin(MessageAdmin):
 
     @admin.action(description="Discard selected dead notifications", permissions=["discard"])
     def discard_selected(self, request, queryset):
-        count = deadletter.discard(queryset.values_list("id", flat=True))
+        reason = f"discarded in the admin by {request.user.get_username()}"
+        count = deadletter.discard(queryset.values_list("id", flat=True), reason=reason)
         skipped = queryset.count()  # what is left of the selection was not dead
         note = f" ({skipped} not dead, left alone)" if skipped else ""
         self.message_user(request, f"Discarded {count} notification(s){note}.", messages.SUCCESS)

@@ -1,16 +1,25 @@
 """Every pgmsg table, in the order a message travels. One module per kind of message."""
 
+from pgmsg.models.claims import Claim
 from pgmsg.models.events import Snapshot, StoredEvent, Stream, SubscriptionPartition
 from pgmsg.models.export import ExportWatermark
-from pgmsg.models.inbox import InboxMessage
-from pgmsg.models.notifications import Notification
+from pgmsg.models.inbox import InboxDeadLetter, InboxMessage
+from pgmsg.models.notifications import Notification, NotificationDeadLetter
+from pgmsg.models.outbox import OutboxMessage
+from pgmsg.models.throughput import Overview, Throughput
 
 __all__ = [
+    "Claim",
     "ExportWatermark",
+    "InboxDeadLetter",
     "InboxMessage",
     "Notification",
+    "NotificationDeadLetter",
+    "OutboxMessage",
+    "Overview",
     "Snapshot",
     "StoredEvent",
     "Stream",
     "SubscriptionPartition",
+    "Throughput",
 ]

@@ -6,7 +6,7 @@ import pgtrigger
 from django.db import models
 from django.db.models.functions import Now
 
-from pgmsg.channels import WAKE_CHANNEL
+from pgmsg.core import wake
 
 
 class Stream(models.Model):
@@ -50,8 +50,8 @@ class StoredEvent(models.Model):
             models.UniqueConstraint(fields=["stream_name", "version"], name="pgmsg_event_version"),
         ]
         triggers = [
-            # One NOTIFY per category per statement ("events:<category>"); identical payloads
-            # in one transaction fold into one, and NOTIFY is delivered at commit.
+            # One wake-up per category per statement ("events:<category>"), only while a worker
+            # serving that category (or every category: "events") is idle (core/wake.py).
             pgtrigger.Trigger(
                 name="pgmsg_wake_subscriptions",
                 level=pgtrigger.Statement,
@@ -59,7 +59,7 @@ class StoredEvent(models.Model):
                 operation=pgtrigger.Insert,
                 referencing=pgtrigger.Referencing(new="new_rows"),
                 func=(
-                    f"PERFORM pg_notify('{WAKE_CHANNEL}', 'events:' || c.category) "
+                    "PERFORM " + wake.wake_sql("'events:' || c.category", "'events'") + " "
                     "FROM (SELECT DISTINCT category FROM new_rows) AS c; RETURN NULL;"
                 ),
             ),

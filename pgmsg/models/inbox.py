@@ -7,7 +7,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models.functions import Now
 
-from pgmsg.channels import WAKE_CHANNEL
+from pgmsg.core import wake
 
 #: NOTIFY payload prefix on the wake channel: "inbox:<inbox name>".
 WAKE_PREFIX = "inbox:"
@@ -29,7 +29,7 @@ class InboxMessage(models.Model):
         DEAD = "dead", "dead"
         DISCARDED = "discarded", "discarded"
 
-    #: Also the arrival order: ordered inboxes handle an aggregate's messages by ascending id.
+    #: Arrival order; ordered inboxes handle an aggregate's messages by (transaction_id, id).
     id = models.BigAutoField(primary_key=True)
     inbox = models.CharField(max_length=63)
     message_id = models.TextField()
@@ -92,9 +92,26 @@ class InboxMessage(models.Model):
             ("discard_inboxmessage", "Can discard inbox messages"),
         ]
         triggers = [
-            # One NOTIFY per inbox per statement (NOTIFY is delivered at commit, and identical
-            # payloads of one transaction fold into one). Duplicates skipped by ON CONFLICT DO
-            # NOTHING are not in new_rows, so an all-duplicate insert wakes nobody.
+            # The export keeps a log of row versions (pgmsg.export): a row that changes gets
+            # the updating transaction's id, so the next incremental export takes its new
+            # version, gap-free like an insert. Updates that change nothing keep it.
+            pgtrigger.Trigger(
+                name="pgmsg_inbox_version",
+                level=pgtrigger.Row,
+                when=pgtrigger.Before,
+                operation=pgtrigger.Update,
+                # Only when a message is done with (processed or discarded): pending and dead
+                # rows keep their receipt transaction id, which the ordered claim sorts by (a
+                # failed, dead or replayed head must stay ahead of the messages behind it).
+                condition=pgtrigger.Condition(
+                    "OLD.* IS DISTINCT FROM NEW.* AND NEW.status IN ('processed', 'discarded')"
+                ),
+                func="NEW.transaction_id := pg_current_xact_id(); RETURN NEW;",
+            ),
+            # One wake-up per inbox per statement, only while a worker for it is idle
+            # (core/wake.py; NOTIFY is delivered at commit, identical payloads fold into one).
+            # Duplicates skipped by ON CONFLICT DO NOTHING are not in new_rows, so an
+            # all-duplicate insert wakes nobody.
             pgtrigger.Trigger(
                 name="pgmsg_inbox_wake",
                 level=pgtrigger.Statement,
@@ -102,7 +119,7 @@ class InboxMessage(models.Model):
                 operation=pgtrigger.Insert,
                 referencing=pgtrigger.Referencing(new="new_rows"),
                 func=(
-                    f"PERFORM pg_notify('{WAKE_CHANNEL}', '{WAKE_PREFIX}' || i.inbox) "
+                    "PERFORM " + wake.wake_sql(f"'{WAKE_PREFIX}' || i.inbox") + " "
                     "FROM (SELECT DISTINCT inbox FROM new_rows) AS i; RETURN NULL;"
                 ),
             ),
@@ -117,3 +134,12 @@ class InboxMessage(models.Model):
         if self.status == self.Status.PENDING and self.attempts:
             return "retrying"
         return self.status
+
+
+class InboxDeadLetter(InboxMessage):
+    """The dead inbox messages alone: the admin's "dead letters (inboxes)" entry."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dead letter (inboxes)"
+        verbose_name_plural = "dead letters (inboxes)"

@@ -7,7 +7,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models.functions import Now
 
-from pgmsg.channels import WAKE_CHANNEL
+from pgmsg.core import wake
 
 
 class Notification(models.Model):
@@ -52,9 +52,10 @@ class Notification(models.Model):
             ("discard_notification", "Can discard notifications"),
         ]
         triggers = [
-            # One NOTIFY per channel per statement: NOTIFY is delivered at commit and identical
-            # payloads in one transaction are folded into one, so a 10,000-row insert costs a
-            # handful of notifications. The payload is the channel; the rows are claimed by query.
+            # One wake-up per channel per statement, and only while a worker for the channel is
+            # idle (pgmsg/core/wake.py: a busy system commits without NOTIFY). NOTIFY is
+            # delivered at commit and identical payloads of one transaction fold into one. The
+            # payload is the channel; the rows are claimed by query.
             pgtrigger.Trigger(
                 name="pgmsg_wake_workers",
                 level=pgtrigger.Statement,
@@ -62,7 +63,7 @@ class Notification(models.Model):
                 operation=pgtrigger.Insert,
                 referencing=pgtrigger.Referencing(new="new_rows"),
                 func=(
-                    f"PERFORM pg_notify('{WAKE_CHANNEL}', c.channel) "
+                    f"PERFORM {wake.wake_sql('c.channel')} "
                     "FROM (SELECT DISTINCT channel FROM new_rows) AS c; RETURN NULL;"
                 ),
             ),
@@ -77,3 +78,12 @@ class Notification(models.Model):
         if self.status == self.Status.DEAD:
             return "dead"
         return "retrying" if self.attempts else "pending"
+
+
+class NotificationDeadLetter(Notification):
+    """The dead notifications alone: the admin's "dead letters (channels)" entry."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dead letter (channels)"
+        verbose_name_plural = "dead letters (channels)"

@@ -33,6 +33,20 @@ class Typed(pgmsg.Channel, name="test.typed", max_attempts=2):
     note: str | None = None
 
 
+class Poison(pgmsg.Channel, name="test.poison", max_attempts=2):
+    """Its listener kills its own worker process (like a segfault or the OOM killer)."""
+
+    key: str
+
+
+class Edges(pgmsg.Channel, name="test.edges"):
+    """Payload values at the edge of what JSON and jsonb carry (no listener: tests read rows)."""
+
+    at: dt.time
+    ratio: float
+    text: str = ""
+
+
 class Shout(pgmsg.Channel, name="test.shout", delivery=pgmsg.BROADCAST):
     text: str
 

@@ -1,13 +1,14 @@
 """Inboxes and handlers used by the inbox tests: each handler records its effect in Effect.
 
 Behaviour is driven by the payload so tests can ask for failures and delays:
-``sleep`` (seconds), ``sleep_max`` (a random delay up to it), ``fail_times`` (raise while the
-delivery's attempts are below it), ``fail_unless_fixed`` (raise until an Effect with key
-"fixed:<message_id>" exists).
+``die`` (SIGKILL the worker process), ``sleep`` (seconds), ``sleep_max`` (a random delay up to
+it), ``fail_times`` (raise while the delivery's attempts are below it),
+``fail_unless_fixed`` (raise until an Effect with key "fixed:<message_id>" exists).
 """
 
 import os
 import random
+import signal
 import time
 
 from django.db import connection
@@ -22,6 +23,8 @@ ordered = pgmsg.Inbox("test.ordered", ordered=True, max_attempts=2)
 
 def _behave(message) -> None:
     payload = message.payload if isinstance(message.payload, dict) else {}
+    if payload.get("die"):  # like a segfault or the OOM killer
+        os.kill(os.getpid(), signal.SIGKILL)
     if payload.get("sleep"):
         time.sleep(payload["sleep"])
     if payload.get("sleep_max"):

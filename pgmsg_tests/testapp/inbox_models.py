@@ -2,7 +2,7 @@
 
 from django.db import models
 
-from pgmsg.model_inbox import wake_trigger
+from pgmsg.inbox.model_inbox import wake_trigger
 
 
 class WebhookEvent(models.Model):

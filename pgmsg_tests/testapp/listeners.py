@@ -1,10 +1,11 @@
 """Listeners of the test channels: each records its effect in the Effect table."""
 
 import os
+import signal
 import time
 
 import pgmsg
-from pgmsg_tests.testapp.channels import Shout, Typed, Work
+from pgmsg_tests.testapp.channels import Poison, Shout, Typed, Work
 from pgmsg_tests.testapp.models import Effect
 
 
@@ -53,6 +54,21 @@ def record_typed(message: Typed) -> None:
     )
 
 
+@pgmsg.listener(Poison)
+def die(message: Poison) -> None:
+    Effect.objects.create(channel="test.poison", key=message.key, worker_pid=os.getpid())
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+#: What the every_field_changed listener received, for in-process tests to look at.
+every_field_received: list = []
+
+
+@pgmsg.listener("every_field_changed")
+def record_every_field(change: pgmsg.RowChange) -> None:
+    every_field_received.append(change.new)
+
+
 @pgmsg.listener(Shout)
 def record_shout(message: Shout) -> None:
     Effect.objects.create(channel="test.shout", key=message.text, worker_pid=os.getpid())
@@ -86,3 +102,4 @@ def record_order_change(change: pgmsg.RowChange) -> None:
 
 from pgmsg_tests.testapp import events_handlers  # noqa: E402,F401,I001
 from pgmsg_tests.testapp import inbox_handlers  # noqa: E402,F401
+from pgmsg_tests.testapp import outbox_declarations  # noqa: E402,F401

@@ -22,6 +22,19 @@ class Order(models.Model):
         ]
 
 
+#: The longest channel name pgmsg accepts (57 bytes): its trigger name must be derived.
+LONG_CHANNEL = "warehouse.inventory.stock_level_changed.by_location.daily"
+
+
+class StockLevel(models.Model):
+    """A trigger channel whose name is as long as names may be."""
+
+    sku = models.CharField(max_length=40)
+
+    class Meta:
+        triggers = [pgmsg.ChannelTrigger(channel=LONG_CHANNEL, operation=pgtrigger.Insert)]
+
+
 class Effect(models.Model):
     """One row per handler run that committed: duplicates here mean a broken guarantee."""
 
@@ -35,4 +48,5 @@ class Effect(models.Model):
         indexes = [models.Index(fields=["channel", "key"])]
 
 
+from pgmsg_tests.testapp.every_field import EveryField  # noqa: E402,F401
 from pgmsg_tests.testapp.inbox_models import WebhookEvent  # noqa: E402,F401

@@ -1,14 +1,23 @@
-"""manage.py listen: run pgmsg workers (maps arguments onto pgmsg.worker and supervisor)."""
+"""manage.py listen: run pgmsg workers (maps arguments onto pgmsg.worker and supervisor).
+
+At verbosity 1 it prints one line when it starts (what it serves, in how many processes) and
+one when it stops; nothing per message. Listener code is imported once, at start: a change
+needs a restart, or ``--autoreload`` in development.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import autoreload as django_autoreload
 
-from pgmsg import errors
-from pgmsg.supervisor import Supervisor
-from pgmsg.worker import Worker
+from pgmsg.channels import declarations as channels
+from pgmsg.core import errors, signals
+from pgmsg.core.supervisor import Supervisor
+from pgmsg.core.worker import Worker
+from pgmsg.metrics import exporter
 
 
 class Command(BaseCommand):
@@ -43,15 +52,39 @@ class Command(BaseCommand):
             help="serve this event subscription (repeatable)",
         )
         parser.add_argument(
+            "--outbox",
+            action="append",
+            dest="outboxes",
+            default=None,
+            help="relay this outbox to its broker (repeatable)",
+        )
+        parser.add_argument(
             "--partition",
             default=None,
             metavar="i/N",
-            help="take only share i of N of ordered inbox aggregates (0 <= i < N)",
+            help="take only share i of N of ordered inbox aggregates and outbox partitions",
+        )
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            default=None,
+            help="serve Prometheus metrics of every worker process on this port (pgmsg[metrics])",
+        )
+        parser.add_argument(
+            "--metrics-address",
+            default="0.0.0.0",
+            help="address the metrics endpoint listens on (default 0.0.0.0)",
         )
         parser.add_argument(
             "--until-idle",
             action="store_true",
             help="handle what is due, then exit (for cron jobs and tests)",
+        )
+        parser.add_argument(
+            "--autoreload",
+            action="store_true",
+            help="development: restart when a Python file changes (one process; Django's "
+            "autoreloader). Without it, a listener change needs a restart of listen.",
         )
 
     def handle(
@@ -61,11 +94,17 @@ class Command(BaseCommand):
         processes,
         batch_size,
         until_idle,
+        autoreload: bool = False,
         inboxes,
         subscriptions,
+        outboxes,
         partition,
+        metrics_port,
+        metrics_address,
         **options,
     ):
+        # First: a stop signal during the start-up below is a graceful stop, not exit 143.
+        signals.catch_early()
         if processes < 1:
             raise CommandError(f"--processes must be at least 1, got {processes}")
         if batch_size is not None and batch_size < 1:
@@ -82,29 +121,91 @@ class Command(BaseCommand):
 
         share = _parse_partition(partition) if partition else None
 
-        def make_worker() -> Worker:
+        def make_worker(**kwargs) -> Worker:
             return Worker(
+                **kwargs,
                 channel_names=channels or None,
                 inboxes=inboxes,
                 subscriptions=subscriptions,
+                outboxes=outboxes,
                 partition=share,
                 batch_size=batch_size,
                 until_idle=until_idle,
             )
 
+        if autoreload and (processes != 1 or until_idle):
+            raise CommandError(
+                "--autoreload runs one process until stopped: drop --processes and --until-idle"
+            )
         try:
-            make_worker()  # fail fast, in the parent, on bad channel names or no listeners
+            # Fail fast, in the parent, on bad channel names or no listeners.
+            summary = describe(make_worker(), processes)
+            created = exporter.use_multiprocess_dir() if metrics_port is not None else None
         except errors.PgmsgError as exc:
             raise CommandError(str(exc))
-        if processes == 1:
-            make_worker().run()
-            return
+        talk = options["verbosity"] >= 1
+        try:
+            if metrics_port is not None:
+                exporter.serve(metrics_port, metrics_address)
+                self.stdout.write(f"pgmsg: metrics on http://{metrics_address}:{metrics_port}/")
+            if autoreload:
+                # The reloader runs the worker in a thread of a child process (signals belong
+                # to the main thread there) and restarts that process when a file changes.
+                def run_reloaded() -> None:
+                    if talk:
+                        self.stdout.write(f"pgmsg listen (autoreload): {summary}")
+                    make_worker(install_signal_handlers=False).run()
 
-        def run_child() -> int:
-            make_worker().run()
-            return 0
+                django_autoreload.run_with_reloader(run_reloaded)
+                return
+            if talk:
+                self.stdout.write(f"pgmsg listen: {summary}")
+            if processes == 1:
+                worker = make_worker()
+                worker.run()
+                if talk:
+                    self.stdout.write(
+                        f"pgmsg listen: stopped (pid {os.getpid()}, {worker.handled} handled)"
+                    )
+                return
 
-        Supervisor(processes, run_child).run()
+            def run_child() -> int:
+                make_worker().run()
+                return 0
+
+            Supervisor(processes, run_child).run()
+            if talk:
+                self.stdout.write(f"pgmsg listen: stopped ({processes} processes)")
+        finally:
+            exporter.remove_multiprocess_dir(created)
+
+
+def describe(worker: Worker, processes: int) -> str:
+    """One line: what ``worker`` serves (channels with their listener count, inboxes,
+    subscriptions, and any other source by its label) and in how many processes."""
+    parts = []
+    channel_names = sorted(
+        name
+        for source in worker.sources
+        if source.label in ("notifications", "broadcast")
+        for name in source.names
+    )
+    if channel_names:
+        listeners = sum(len(channels.registry.listeners.get(n, ())) for n in channel_names)
+        parts.append(
+            f"{len(channel_names)} channel(s) {', '.join(channel_names)} "
+            f"({listeners} listener function(s))"
+        )
+    by_kind: dict[str, list[str]] = {}
+    for source in worker.sources:
+        if source.label in ("notifications", "broadcast"):
+            continue
+        kind, _, name = source.label.partition(":")
+        by_kind.setdefault(kind, []).append(name or kind)
+    plural = {"inbox": "inbox(es)", "subscription": "subscription(s)", "outbox": "outbox(es)"}
+    for kind, found in by_kind.items():
+        parts.append(f"{len(found)} {plural.get(kind, kind)} {', '.join(sorted(found))}")
+    return f"{'; '.join(parts)}; {processes} process(es), pid {os.getpid()}"
 
 
 def _parse_partition(text: str) -> tuple[int, int]:

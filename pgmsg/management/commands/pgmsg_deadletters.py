@@ -1,31 +1,117 @@
-"""manage.py pgmsg_deadletters list|replay|discard: operate on dead notifications."""
+"""manage.py pgmsg_deadletters list|status|replay|discard: dead letters of channels and inboxes.
+
+The verbs are those of pgmsg_inbox and pgmsg_subscriptions (docs/operations.md); each maps
+onto the capability's functions (pgmsg.channels.deadletters, pgmsg.inbox.operations).
+"""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from pgmsg import deadletter
+from pgmsg.channels import deadletters as channel_deadletters
+from pgmsg.core import errors
+from pgmsg.inbox import operations as inbox_ops
 
 
 class Command(BaseCommand):
-    help = "List, replay or discard dead notifications (by id, or all of a channel)."
+    help = (
+        "Dead letters of channels (notification ids) and inboxes (--inbox NAME, message row "
+        "ids): list, status (counts), replay, discard."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("action", choices=["list", "replay", "discard"])
-        parser.add_argument("ids", nargs="*", type=int, help="notification ids")
-        parser.add_argument("--channel", help="every dead notification of this channel")
+        sub = parser.add_subparsers(
+            dest="action", required=True, metavar="{list,status,replay,discard}"
+        )
+        for verb, text in (
+            ("list", "show dead letters (all, or those named)"),
+            ("replay", "make dead letters due now with a fresh attempt count"),
+            ("discard", "settle dead letters for good without handling them"),
+        ):
+            action = sub.add_parser(verb, help=text)
+            action.add_argument(
+                "ids", nargs="*", type=int, help="notification ids (message row ids with --inbox)"
+            )
+            where = action.add_mutually_exclusive_group()
+            where.add_argument("--channel", help="the dead letters of this channel")
+            where.add_argument("--inbox", help="the dead letters of this inbox")
+            if verb == "discard":
+                action.add_argument(
+                    "--reason", default="", help="kept with inbox messages (required for them)"
+                )
+        sub.add_parser("status", help="how many dead letters each channel and inbox holds")
 
-    def handle(self, *args, action, ids, channel, **options):
-        if action == "list":
-            rows = deadletter.dead_letters(channel)
-            if ids:
-                rows = rows.filter(id__in=ids)
-            for row in rows:
-                error = (row.last_error.strip().splitlines() or [""])[-1]
-                self.stdout.write(f"{row.id}\t{row.channel}\tattempts={row.attempts}\t{error}")
+    def handle(self, *args, action, **options):
+        try:
+            getattr(self, f"_{action}")(**options)
+        except (errors.PgmsgError, ValueError) as exc:
+            raise CommandError(str(exc))
+
+    def _list(self, ids, channel, inbox, **options):
+        shown = 0
+        if inbox is None:
+            rows = channel_deadletters.dead_letters(channel)
+            for row in rows.filter(id__in=ids) if ids else rows:
+                self.stdout.write(
+                    f"{row.id}\t{row.channel}\tattempts={row.attempts}\t{_last_line(row)}"
+                )
+                shown += 1
+        if channel is None and (inbox is not None or not ids):
+            # Ids without --inbox are notification ids: inbox rows are listed only when named
+            # by --inbox, or when nothing is named.
+            rows = inbox_ops.dead_letters(inbox)
+            for row in rows.filter(id__in=ids) if ids else rows:
+                self.stdout.write(
+                    f"{row.id}\tinbox {row.inbox}\t{row.message_id}\t{row.type}\t"
+                    f"attempts={row.attempts}\t{_last_line(row)}"
+                )
+                shown += 1
+        if not shown:
+            self.stdout.write("no dead letters")
+
+    def _status(self, **options):
+        channels = channel_deadletters.status()
+        inboxes = inbox_ops.dead_letter_counts()
+        for name, count in channels.items():
+            self.stdout.write(f"channel {name}\tdead={count}")
+        for name, count in inboxes.items():
+            self.stdout.write(f"inbox {name}\tdead={count}")
+        if not channels and not inboxes:
+            self.stdout.write("no dead letters")
+
+    def _replay(self, ids, channel, inbox, **options):
+        if inbox is not None:
+            selected = ids or _all_dead(inbox)
+            count = inbox_ops.replay(inbox, selected) if selected else 0
+            self.stdout.write(self.style.SUCCESS(f"replay: {count} message(s) of inbox {inbox}"))
             return
-        if not ids and not channel:
-            raise CommandError(f"{action}: give notification ids or --channel NAME")
-        func = deadletter.replay if action == "replay" else deadletter.discard
-        count = func(ids or None, channel=channel)
-        self.stdout.write(self.style.SUCCESS(f"{action}: {count} notification(s)"))
+        _need_selection("replay", ids, channel)
+        count = channel_deadletters.replay(ids or None, channel=channel)
+        self.stdout.write(self.style.SUCCESS(f"replay: {count} notification(s)"))
+
+    def _discard(self, ids, channel, inbox, reason, **options):
+        if inbox is not None:
+            selected = ids or _all_dead(inbox)
+            count = inbox_ops.discard(inbox, selected, reason=reason) if selected else 0
+            self.stdout.write(self.style.SUCCESS(f"discard: {count} message(s) of inbox {inbox}"))
+            return
+        _need_selection("discard", ids, channel)
+        count = channel_deadletters.discard(
+            ids or None, channel=channel, reason=reason or "discarded by manage.py"
+        )
+        self.stdout.write(self.style.SUCCESS(f"discard: {count} notification(s)"))
+
+
+def _need_selection(action: str, ids: list[int], channel: str | None) -> None:
+    if not ids and not channel:
+        raise CommandError(
+            f"{action}: give notification ids, --channel NAME or --inbox NAME (see the list action)"
+        )
+
+
+def _all_dead(inbox: str) -> list[int]:
+    return list(inbox_ops.dead_letters(inbox).values_list("id", flat=True))
+
+
+def _last_line(row) -> str:
+    return (row.last_error.strip().splitlines() or [""])[-1]

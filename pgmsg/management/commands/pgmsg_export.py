@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from pgmsg import errors, export
+from pgmsg.core import errors
+from pgmsg.events import reads
+from pgmsg.export import follow, planning, run, tables
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -25,8 +27,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--tables",
             nargs="+",
-            choices=sorted(export.registered()),
-            help="default: every registered table that exists",
+            metavar="TABLE",
+            help=f"any of {', '.join(sorted(tables.registered()))} (default: each that exists)",
         )
         parser.add_argument(
             "--master", help="Spark master URL (default: PGMSG EXPORT_SPARK_MASTER, local[*])"
@@ -46,13 +48,13 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--partition-by",
-            choices=export.PARTITION_BY,
+            choices=planning.PARTITION_BY,
             default="day",
             help="output partition column (default: the UTC day of each message's timestamp)",
         )
         parser.add_argument(
             "--mode",
-            choices=export.MODES,
+            choices=planning.MODES,
             help="default: append, overwrite for snapshot tables and --full",
         )
         parser.add_argument("--full", action="store_true", help="re-export from the beginning")
@@ -66,14 +68,38 @@ class Command(BaseCommand):
             help="how executors reach PostgreSQL (default: the Django database's settings)",
         )
         parser.add_argument(
+            "--follow",
+            action="store_true",
+            help="keep exporting new rows with Spark Structured Streaming until stopped "
+            "(SIGTERM or Ctrl-C); needs --checkpoint",
+        )
+        parser.add_argument(
+            "--checkpoint",
+            help="--follow: Spark's checkpoint directory (offsets and commits), one per output",
+        )
+        parser.add_argument(
+            "--trigger-interval",
+            type=float,
+            default=5.0,
+            metavar="SECONDS",
+            help="--follow: seconds between micro-batches (default 5)",
+        )
+        parser.add_argument(
+            "--max-rows-per-batch",
+            type=int,
+            help="--follow: most rows one micro-batch reads per table (default: all available)",
+        )
+        parser.add_argument(
             "--dry-run",
             action="store_true",
             help="say what would be exported; write nothing, move no watermark",
         )
 
     def handle(self, *args, **options):
+        if options["follow"]:
+            return self.follow(options)
         try:
-            summary = export.export_tables(
+            summary = run.export_tables(
                 options["output"],
                 tables=options["tables"],
                 master=options["master"],
@@ -90,14 +116,36 @@ class Command(BaseCommand):
         except errors.ExportError as exc:
             raise CommandError(str(exc))
         if summary.dry_run:
-            self.stdout.write("dry run: nothing written, no watermark moved")
-            return
-        files = sum(r.files or 0 for r in summary.results)
-        size = sum(r.bytes or 0 for r in summary.results)
-        self.stdout.write(
-            self.style.SUCCESS(
-                f"exported {summary.rows} row(s) of {len(summary.results)} table(s): "
-                f"{files} file(s), {size} byte(s) in {summary.seconds:.1f}s "
-                f"(Spark start-up {summary.spark_seconds:.1f}s)"
+            self.stdout.write(summary.describe())
+            self.stdout.write(
+                "".join(f"read horizon held back by {b}\n" for b in reads.horizon_blockers()),
+                ending="",
             )
-        )
+        else:
+            self.stdout.write(self.style.SUCCESS(summary.describe()))
+
+    def follow(self, options):
+        if not options["checkpoint"]:
+            raise CommandError("--follow needs --checkpoint DIR (where Spark keeps its offsets)")
+        if options["dry_run"] or options["full"] or options["mode"] or options["partitions"]:
+            raise CommandError(
+                "--follow appends every new row: --dry-run, --full, --mode and --partitions "
+                "apply to batch runs only"
+            )
+        try:
+            follow.follow(
+                options["output"],
+                checkpoint=options["checkpoint"],
+                tables=options["tables"],
+                master=options["master"],
+                spark_conf=dict(options["conf"]),
+                trigger_seconds=options["trigger_interval"],
+                max_rows_per_batch=options["max_rows_per_batch"],
+                partition_by=options["partition_by"],
+                flatten=options["flatten"].split(","),
+                database_url=options["database_url"],
+                echo=self.stdout.write,
+                install_signal_handlers=True,
+            )
+        except errors.ExportError as exc:
+            raise CommandError(str(exc))

@@ -1,4 +1,8 @@
-"""manage.py pgmsg_inbox health|stats|gaps|replay|discard|purge: operate the inboxes."""
+"""manage.py pgmsg_inbox status|list|replay|discard|stats|gaps|purge: operate the inboxes.
+
+The verbs are those of pgmsg_deadletters and pgmsg_subscriptions (docs/operations.md);
+``health`` is ``status`` under its first name. Each maps onto pgmsg.inbox.operations.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,29 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from pgmsg import errors, inbox_ops
+from pgmsg.core import errors
+from pgmsg.inbox import operations as inbox_ops
 
 
 class Command(BaseCommand):
-    help = "Inbox health, per-type statistics, gap check, replay, discard and retention."
+    help = (
+        "Inbox status (health; exits 1 when an inbox is degraded), messages by state, replay, "
+        "discard, per-type statistics, gap check and retention."
+    )
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
-        health = sub.add_parser("health", help="pending, dead, oldest age, throughput, status")
-        health.add_argument("inboxes", nargs="*", help="default: every declared inbox")
-        health.add_argument("--json", action="store_true", help="JSON instead of text")
+        for verb in ("status", "health"):
+            health = sub.add_parser(
+                verb,
+                help="pending, dead, oldest age, throughput, healthy or degraded (exit status 1)",
+            )
+            health.add_argument("inboxes", nargs="*", help="default: every declared inbox")
+            health.add_argument("--json", action="store_true", help="JSON instead of text")
+        listing = sub.add_parser("list", help="messages in a state (default: the dead letters)")
+        listing.add_argument("inbox", nargs="?", help="default: every inbox")
+        listing.add_argument("--state", default="dead", choices=inbox_ops.STATES)
+        listing.add_argument("--limit", type=int, default=100, help="at most this many (100)")
         stats = sub.add_parser("stats", help="counts per message type")
         stats.add_argument("inbox")
         gaps = sub.add_parser("gaps", help="ordered aggregates held back by a failed head")
@@ -41,6 +57,9 @@ class Command(BaseCommand):
         except errors.PgmsgError as exc:
             raise CommandError(str(exc))
 
+    def _status(self, **options):
+        self._health(**options)
+
     def _health(self, inboxes, json, **options):
         rows = inbox_ops.health(inboxes or None)
         degraded = any(h.status == inbox_ops.DEGRADED for h in rows)
@@ -53,6 +72,7 @@ class Command(BaseCommand):
                     }
                 )
             )
+            self._exit_if_degraded(rows)
             return
         for h in rows:
             style = self.style.ERROR if h.status == inbox_ops.DEGRADED else self.style.SUCCESS
@@ -61,6 +81,24 @@ class Command(BaseCommand):
                 f"oldest={h.oldest_pending_age:.1f}s\tprocessed/min={h.processed_last_minute}"
                 + (f"\t({'; '.join(h.reasons)})" if h.reasons else "")
             )
+        self._exit_if_degraded(rows)
+
+    def _exit_if_degraded(self, rows) -> None:
+        # A monitor calling the command sees failure, as the HTTP endpoint answers 503.
+        degraded = [h.inbox for h in rows if h.status == inbox_ops.DEGRADED]
+        if degraded:
+            raise CommandError(f"degraded: {', '.join(degraded)}", returncode=1)
+
+    def _list(self, inbox, state, limit, **options):
+        rows = list(inbox_ops.messages(inbox, state=state)[:limit])
+        for row in rows:
+            error = (row.last_error.strip().splitlines() or [""])[-1]
+            self.stdout.write(
+                f"{row.id}\t{row.inbox}\t{row.message_id}\t{row.type}\t{row.state}\t"
+                f"attempts={row.attempts}\t{error}"
+            )
+        if not rows:
+            self.stdout.write(f"no {state} messages")
 
     def _stats(self, inbox, **options):
         self.stdout.write("type\treceived\tprocessed\tpending\tdead\tdiscarded")

@@ -1,20 +1,27 @@
-"""manage.py pgmsg_subscriptions status|reset|skip|retry: operate event subscriptions."""
+"""manage.py pgmsg_subscriptions status|list|reset|skip|retry: operate event subscriptions.
+
+The verbs are those of pgmsg_deadletters and pgmsg_inbox (docs/operations.md); each maps
+onto pgmsg.events.subscription_operations.
+"""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from pgmsg import errors, subscriptions
+from pgmsg.core import errors
+from pgmsg.events import reads
+from pgmsg.events import subscription_operations as subscriptions
 
 
 class Command(BaseCommand):
     help = (
-        "Show subscription partitions (checkpoint, state, last error); reset a subscription "
-        "to replay; skip or retry the failed event of stopped partitions."
+        "Show subscription partitions (state, lag behind the head, last handled event, last "
+        "error); list the stopped or retrying ones; reset a subscription to replay; skip or "
+        "retry the failed event of stopped partitions."
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("action", choices=["status", "reset", "skip", "retry"])
+        parser.add_argument("action", choices=["status", "list", "reset", "skip", "retry"])
         parser.add_argument("subscription", nargs="?", help="subscription name")
         parser.add_argument(
             "--partition",
@@ -30,8 +37,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, action, subscription, partitions, to, **options):
-        if action == "status":
-            self._status(subscription)
+        if action in ("status", "list"):
+            getattr(self, f"_{action}")(subscription)
             return
         if not subscription:
             raise CommandError(f"{action}: name the subscription")
@@ -55,19 +62,30 @@ class Command(BaseCommand):
                 "worker first serves the subscription)"
             )
         for row in rows:
-            line = (
-                f"{row.subscription}\t{row.partition}\t{row.state}\t"
-                # The checkpoint is (transaction id, position): a position of 0 after a
-                # transaction id means "everything before that transaction".
-                f"checkpoint={row.checkpoint_position}\t"
-                f"checkpoint_transaction={row.checkpoint_transaction}\thandled={row.handled}\t"
-                f"attempts={row.attempts}"
-            )
-            if row.failed_position is not None:
-                error = (row.last_error.strip().splitlines() or [""])[-1]
-                line += f"\tfailed_position={row.failed_position}\t{error}"
-                line = self.style.ERROR(line) if row.state == "stopped" else line
-            self.stdout.write(line)
+            lag = subscriptions.lag(row)
+            if lag is None:
+                where = "behind=? (subscription not declared here)\tlast_handled=?"
+            else:
+                last = lag.last_handled_position
+                where = f"behind={lag.behind_text}\tlast_handled={'-' if last is None else last}"
+            self._write(row, f"{where}\thandled={row.handled}\tattempts={row.attempts}")
+        for blocker in reads.horizon_blockers():
+            self.stdout.write(self.style.WARNING(f"read horizon held back by {blocker}"))
+
+    def _list(self, name: str | None) -> None:
+        rows = subscriptions.failing(name)
+        for row in rows:
+            self._write(row, f"attempts={row.attempts}")
+        if not rows:
+            self.stdout.write("no partition is stopped or retrying")
+
+    def _write(self, row, middle: str) -> None:
+        line = f"{row.subscription}\t{row.partition}\t{row.state}\t{middle}"
+        if row.failed_position is not None:
+            error = (row.last_error.strip().splitlines() or [""])[-1]
+            line += f"\tfailed_position={row.failed_position}\t{error}"
+            line = self.style.ERROR(line) if row.state == "stopped" else line
+        self.stdout.write(line)
 
 
 def _reset_point(text: str):

@@ -1,0 +1,1 @@
+"""Channels: declarations, notify(), trigger channels, the notification source, dead letters."""

@@ -1,0 +1,97 @@
+-- name: insert_notification
+-- Store one message of an exactly-once channel; the statement trigger NOTIFYs the workers.
+INSERT INTO pgmsg_notification (channel, payload) VALUES (%(channel)s, %(payload)s::jsonb)
+RETURNING id;
+
+-- name: insert_notifications
+-- Store many messages in one statement (one NOTIFY per channel).
+INSERT INTO pgmsg_notification (channel, payload)
+SELECT c, p::jsonb FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS m(c, p);
+
+-- name: broadcast
+-- Plain NOTIFY of a broadcast channel; delivered at commit to every listening session.
+SELECT pg_notify(%(notify_channel)s, %(payload)s);
+
+-- name: claim_notifications
+-- Take up to %(limit)s due notifications of the given channels, oldest first, by deleting
+-- them inside the worker's transaction: rows locked by another worker are skipped, so
+-- concurrent workers never claim the same row, and a crash (rollback) puts them back.
+-- Deleting at claim time writes each row once; a select-then-delete claim writes it twice
+-- (the row lock, then the delete) and was a third slower in bench/notifications.py.
+-- Each row comes with its crashes (claims of batches that died holding it, see
+-- pgmsg/core/claims.py) and this transaction's id (to record the claim).
+WITH claimed AS (
+    DELETE FROM pgmsg_notification
+    WHERE id IN (
+        SELECT id FROM pgmsg_notification
+        WHERE status = 'pending' AND available_at <= now() AND channel = ANY(%(channels)s)
+        ORDER BY id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    )
+    -- Timestamps come back as text: they are only written back by restore_notifications, and
+    -- parsing them into datetimes for every row costs more than the rest of the decoding.
+    RETURNING id, channel, payload::text, attempts, available_at::text, created_at::text,
+              last_error, last_failed_at::text
+), crashed AS (
+    SELECT c.id, count(*)::int AS crashes
+    FROM pgmsg_claim AS k CROSS JOIN LATERAL unnest(k.ids) AS c(id)
+    WHERE k.kind = 'notification' AND pg_xact_status(k.transaction_id::text::xid8) = 'aborted'
+    GROUP BY c.id
+)
+SELECT claimed.*, coalesce(crashed.crashes, 0), pg_current_xact_id()::text::bigint
+FROM claimed LEFT JOIN crashed USING (id);
+
+-- name: restore_notifications
+-- Put back, in the same transaction, the claimed rows that were not handled: failures with
+-- their attempt counted, error kept and retry scheduled (or dead), and rows left unhandled by
+-- a stopping worker as they were (delay NULL).
+INSERT INTO pgmsg_notification
+    (id, channel, payload, status, attempts, available_at, created_at, last_error,
+     last_failed_at)
+SELECT r.id, r.channel, r.payload::jsonb,
+       CASE WHEN r.dead THEN 'dead' ELSE 'pending' END,
+       r.attempts + CASE WHEN r.delay IS NULL THEN 0 ELSE 1 END,
+       CASE WHEN r.delay IS NULL THEN r.available_at
+            ELSE now() + make_interval(secs => r.delay) END,
+       r.created_at,
+       r.last_error,
+       CASE WHEN r.delay IS NULL THEN r.last_failed_at ELSE now() END
+FROM unnest(%(ids)s::bigint[], %(channels)s::text[], %(payloads)s::text[], %(attempts)s::int[],
+            %(available_at)s::text[]::timestamptz[], %(created_at)s::text[]::timestamptz[],
+            %(errors)s::text[], %(failed_at)s::text[]::timestamptz[], %(delays)s::float8[],
+            %(dead)s::bool[])
+     AS r(id, channel, payload, attempts, available_at, created_at, last_error, last_failed_at,
+          delay, dead);
+
+-- name: seconds_until_due
+-- How long until the next delayed retry of these channels is due (NULL when none waits).
+-- Rows already due are left out: the worker just claimed what it could, so they are held by
+-- another worker's batch, and counting them would make an idle worker spin (a batch that
+-- rolls back is found again by the sweep).
+SELECT EXTRACT(EPOCH FROM min(available_at) - now())::float8
+FROM pgmsg_notification
+WHERE status = 'pending' AND channel = ANY(%(channels)s) AND available_at > now();
+
+-- name: undeclared_channels
+-- Pending rows of channels that no declaration of this project names, counted by channel
+-- (through the pgmsg_notification_status index).
+SELECT channel, count(*) FROM pgmsg_notification
+WHERE status = 'pending' AND channel <> ALL(%(declared)s::text[])
+GROUP BY channel ORDER BY channel;
+
+-- name: replay_notifications
+-- Make dead (or retrying) notifications due now with fresh attempts, and wake the workers.
+WITH replayed AS (
+    UPDATE pgmsg_notification
+    SET status = 'pending', attempts = 0, available_at = now()
+    WHERE id = ANY(%(ids)s) AND (status = 'dead' OR attempts > 0)
+    RETURNING channel
+), woken AS (
+    SELECT pg_notify('pgmsg', channel) FROM (SELECT DISTINCT channel FROM replayed) AS c
+)
+SELECT (SELECT count(*) FROM replayed), (SELECT count(*) FROM woken);
+
+-- name: discard_notifications
+-- Delete dead notifications for good.
+DELETE FROM pgmsg_notification WHERE id = ANY(%(ids)s) AND status = 'dead';

@@ -1,0 +1,81 @@
+"""notify(): send channel messages inside the caller's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import connections
+
+from pgmsg.channels import declarations as channels
+from pgmsg.core import conf, errors, payloads, sql
+
+QUERIES = sql.load(__package__, "notifications.sql")
+
+# PostgreSQL refuses NOTIFY payloads of 8000 bytes or more ("payload string too long").
+MAX_BROADCAST_BYTES = 7999
+
+
+def notify(message: channels.Channel, *, using: str | None = None) -> int | None:
+    """Send ``message`` on its channel, in the current transaction of database ``using``.
+
+    Nothing is delivered if the transaction rolls back. Exactly-once channels store the message
+    and return its id; broadcast channels NOTIFY it (at most 7999 bytes of JSON) and return None.
+    """
+    spec = channels.spec_of(message)
+    text = _encode(spec, message, validate=conf.get().VALIDATE_ON_SEND)
+    with connections[using or conf.get().DATABASE].cursor() as cursor:
+        if spec.delivery == channels.BROADCAST:
+            _check_broadcast_size(spec, text)
+            cursor.execute(
+                QUERIES["broadcast"],
+                {"notify_channel": channels.BROADCAST_PREFIX + spec.name, "payload": text},
+            )
+            return None
+        cursor.execute(QUERIES["insert_notification"], {"channel": spec.name, "payload": text})
+        return cursor.fetchone()[0]
+
+
+def notify_many(messages: Iterable[channels.Channel], *, using: str | None = None) -> int:
+    """Send many messages in one statement per delivery mode; returns how many were sent."""
+    stored_channels, stored_payloads, broadcasts = [], [], []
+    validate = conf.get().VALIDATE_ON_SEND
+    for message in messages:
+        spec = channels.spec_of(message)
+        text = _encode(spec, message, validate=validate)
+        if spec.delivery == channels.BROADCAST:
+            _check_broadcast_size(spec, text)
+            broadcasts.append(
+                {"notify_channel": channels.BROADCAST_PREFIX + spec.name, "payload": text}
+            )
+        else:
+            stored_channels.append(spec.name)
+            stored_payloads.append(text)
+    with connections[using or conf.get().DATABASE].cursor() as cursor:
+        if stored_channels:
+            cursor.execute(
+                QUERIES["insert_notifications"],
+                {"channels": stored_channels, "payloads": stored_payloads},
+            )
+        if broadcasts:
+            cursor.executemany(QUERIES["broadcast"], broadcasts)
+    return len(stored_channels) + len(broadcasts)
+
+
+def _encode(spec: channels.ChannelSpec, message: channels.Channel, *, validate: bool) -> str:
+    text = payloads.dumps(message)
+    if validate:
+        payloads.check_decodes(
+            spec.payload_class, text, what=f"cannot send on channel {spec.name!r}"
+        )
+    return text
+
+
+def _check_broadcast_size(spec: channels.ChannelSpec, text: Any) -> None:
+    size = len(text.encode())
+    if size > MAX_BROADCAST_BYTES:
+        raise errors.PayloadTooLarge(
+            f"broadcast channel {spec.name!r}: payload is {size} bytes of JSON, PostgreSQL's "
+            f"NOTIFY takes at most {MAX_BROADCAST_BYTES}; declare the channel with "
+            "delivery='exactly_once' (the default) to send payloads of any size"
+        )

@@ -1,0 +1,241 @@
+"""The worker's sources for channels: stored notifications (exactly-once) and broadcasts."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from django.db import connections, transaction
+
+from pgmsg.channels import declarations as channels
+from pgmsg.channels import triggers
+from pgmsg.core import batch, claims, errors, payloads, sources, sql
+from pgmsg.core import worker as worker_module
+from pgmsg.core.sources import Worker
+
+logger = logging.getLogger(__name__)
+
+QUERIES = sql.load(__package__, "notifications.sql")
+
+
+class ClaimedNotification(NamedTuple):
+    """A row of ``claim_notifications``, in its column order."""
+
+    id: int
+    channel: str
+    payload: str
+    attempts: int
+    # Kept as text: they are only written back when the row is restored.
+    available_at: str
+    created_at: str
+    last_error: str | None
+    last_failed_at: str | None
+    #: Batches that died holding this row (see pgmsg/core/claims.py).
+    crashes: int
+
+
+#: Seconds between a worker's looks for rows of channels nobody declares (and its warning).
+UNDECLARED_CHECK_INTERVAL = 300.0
+
+
+class NotificationSource:
+    """Stored notifications of the exactly-once channels that have listeners here."""
+
+    label = "notifications"
+    _next_undeclared_check = 0.0
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = sorted(names)
+        self.wake_payloads = list(self.names)
+        self._listeners = {name: list(channels.registry.listeners[name]) for name in self.names}
+        self._specs = {name: channels.registry.get(name) for name in self.names}
+
+    def wants(self, wake_payload: str) -> bool:
+        return wake_payload in self._listeners
+
+    def process_batch(self, worker: Worker) -> int:
+        db = worker.database
+        if time.monotonic() >= self._next_undeclared_check:
+            self._next_undeclared_check = time.monotonic() + UNDECLARED_CHECK_INTERVAL
+            warn_undeclared(db)
+        # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
+        own_transaction = not connections[db].in_atomic_block
+        with transaction.atomic(using=db), connections[db].cursor() as cursor:
+            cursor.execute(
+                QUERIES["claim_notifications"], {"channels": self.names, "limit": worker.batch_size}
+            )
+            fetched = cursor.fetchall()
+            rows = sorted(ClaimedNotification(*row[:-1]) for row in fetched)
+            rows, run, failures = self._isolate_suspect(cursor, rows)
+            if run and own_transaction:
+                claims.record(worker, "notification", [row.id for row in run], fetched[0][-1])
+            result = batch.run_batch(worker, run, delivery=_delivery, handle=self._handle)
+            done = {row.id for row in result.done}
+            failures.update((row.id, self._failure(row, exc)) for row, exc in result.failed)
+            left = [row for row in rows if row.id not in done]
+            if left:
+                cursor.execute(QUERIES["restore_notifications"], _restore_params(left, failures))
+        worker.handled += len(done)
+        return len(rows)
+
+    def _isolate_suspect(self, cursor, rows):
+        """What runs: the whole batch, or only its first suspect (a row whose batch died
+        before), alone, or nothing when that suspect died too often (it becomes dead).
+
+        Returns (rows with the suspect's crashes counted as attempts, rows to run, failures).
+        """
+        suspect = next((row for row in rows if row.crashes), None)
+        if suspect is None:
+            return rows, rows, {}
+        counted = suspect._replace(attempts=suspect.attempts + suspect.crashes, crashes=0)
+        rows = [counted if row.id == suspect.id else row for row in rows]
+        claims.forget(cursor, "notification", suspect.id)
+        verdict = claims.died_too_often(
+            _delivery(counted),
+            crashes=suspect.crashes,
+            max_attempts=self._specs[suspect.channel].max_attempts,
+        )
+        if verdict is not None:
+            return rows, [], {suspect.id: verdict}
+        return rows, [counted], {}
+
+    def _handle(self, row: ClaimedNotification) -> None:
+        spec = self._specs[row.channel]
+        if spec.is_trigger:
+            message = triggers.decode_row_change(spec.model, row.payload)
+        else:
+            message = _decode(spec, row.payload)
+        for func in self._listeners[row.channel]:
+            func(message)
+
+    def _failure(self, row: ClaimedNotification, exc: Exception) -> batch.Failure:
+        spec = self._specs[row.channel]
+        return batch.failure(_delivery(row), exc, max_attempts=spec.max_attempts)
+
+    def seconds_until_due(self, worker: Worker) -> float | None:
+        return sources.query_value(worker, QUERIES["seconds_until_due"], {"channels": self.names})
+
+
+def warn_undeclared(db: str) -> dict[str, int]:
+    """Log a warning for each channel with pending rows that no declaration names.
+
+    Such rows are left alone, never dead-lettered: during a rolling deploy, producers may
+    write a new channel before the workers that declare it are started. Returns
+    {channel: pending rows}.
+    """
+    with connections[db].cursor() as cursor:
+        cursor.execute(
+            QUERIES["undeclared_channels"], {"declared": sorted(channels.registry.channels)}
+        )
+        found = dict(cursor.fetchall())
+    for name, count in found.items():
+        logger.warning(
+            "pgmsg: %s pending notification(s) on channel %r, which no channel declaration of "
+            "this project names: no worker handles them. Declare the channel (and a listener) "
+            "in the code the workers run, or delete the rows.",
+            count,
+            name,
+        )
+    return found
+
+
+def _delivery(row: ClaimedNotification) -> batch.Delivery:
+    return batch.Delivery("notification", row.id, row.channel, row.attempts)
+
+
+def _decode(spec: channels.ChannelSpec, text: str):
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise errors.PayloadError(f"payload is not JSON: {exc}") from exc
+    return payloads.load(spec.payload_class, data)
+
+
+def _restore_params(
+    rows: list[ClaimedNotification], failures: dict[int, batch.Failure]
+) -> dict[str, list]:
+    """Parameters of ``restore_notifications``: failures with their attempt counted, and rows
+    left unhandled (a stopping worker, or later rows of a stopped group) as they were."""
+    kept = [failures.get(row.id) for row in rows]
+    return {
+        "ids": [row.id for row in rows],
+        "channels": [row.channel for row in rows],
+        "payloads": [row.payload for row in rows],
+        "attempts": [row.attempts for row in rows],
+        "available_at": [row.available_at for row in rows],
+        "created_at": [row.created_at for row in rows],
+        "errors": [row.last_error if f is None else f.error for f, row in zip(kept, rows)],
+        "failed_at": [row.last_failed_at for row in rows],
+        "delays": [None if f is None else f.retry_in for f in kept],
+        "dead": [f is not None and f.give_up for f in kept],
+    }
+
+
+class BroadcastSource:
+    """Broadcast channels: payloads arrive on their own NOTIFY channels, nothing is stored."""
+
+    label = "broadcast"
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.names = sorted(names)
+        self.wake_payloads: list[str] = []  # nothing stored: NOTIFY is the message
+        self.notify_channels = [channels.BROADCAST_PREFIX + name for name in self.names]
+
+    def wants(self, wake_payload: str) -> bool:
+        return False
+
+    def process_batch(self, worker: Worker) -> int:
+        return 0
+
+    def seconds_until_due(self, worker: Worker) -> float | None:
+        return None
+
+    def on_notify(self, worker: Worker, notify_channel: str, text: str) -> None:
+        name = notify_channel.removeprefix(channels.BROADCAST_PREFIX)
+        spec = channels.registry.get(name)
+        try:
+            message = _decode(spec, text)
+        except errors.PayloadError as exc:
+            logger.error("pgmsg: broadcast on %r has a bad payload, dropped: %s", name, exc)
+            return
+        for func in channels.registry.listeners.get(name, []):
+            try:
+                with transaction.atomic(using=worker.database):
+                    func(message)
+            except worker_module.CONNECTION_ERRORS:
+                raise  # the worker reconnects
+            except Exception:
+                logger.exception("pgmsg: broadcast listener %r on %r failed", func, name)
+
+
+def worker_sources(options: sources.SourceOptions) -> list[NotificationSource | BroadcastSource]:
+    """The worker's channel sources: the channels named, or every one with a listener."""
+    names = options.named("channel_names")
+    if names is None and not options.serve_all:
+        return []
+    stored, broadcast = _split_channels(names)
+    found: list[NotificationSource | BroadcastSource] = []
+    if stored:
+        found.append(NotificationSource(stored))
+    if broadcast:
+        found.append(BroadcastSource(broadcast))
+    return found
+
+
+def _split_channels(names: Iterable[str] | None) -> tuple[set[str], set[str]]:
+    """Channels to serve, as (exactly-once, broadcast); names given must be known and listened."""
+    registry = channels.registry
+    if names is None:
+        wanted = {name for name, funcs in registry.listeners.items() if funcs}
+    else:
+        wanted = set()
+        for name in names:
+            registry.get(name)  # raises UnknownChannel with the known names
+            if not registry.listeners.get(name):
+                raise errors.ConfigurationError(f"channel {name!r} has no listener registered")
+            wanted.add(name)
+    stored = {n for n in wanted if registry.get(n).delivery == channels.EXACTLY_ONCE}
+    return stored, wanted - stored

@@ -1,0 +1,106 @@
+"""Crash accounting: which rows a batch ran, recorded outside the batch's transaction.
+
+A handler that kills its process (a segfault in a C extension, the OOM killer, ``os._exit``)
+takes its batch's transaction with it: the claims and any failure counts roll back, so the same
+batch would be claimed, and crash, forever. So before a batch's handlers run, the worker
+records the ids it claimed and the claiming transaction's id in ``pgmsg_claim``, through its
+autocommit connection (one statement per batch, committed asynchronously: a worker process
+that dies does not lose it; a server crash may, which only forgets a crash).
+
+A claim whose transaction shows as *aborted* in ``pg_xact_status`` is a batch that died:
+every id in it is a *suspect* with one crash. A source's claim query counts the crashes of the
+rows it claims (``crashes`` below, one scan of this small table per batch); a batch that holds
+suspects runs only its first suspect, alone in its transaction, and puts the others back, so
+the innocents of a poisoned batch are handled one per transaction and the poison alone
+accumulates crashes. Crashes count as attempts: at the source's ``max_attempts`` the suspect
+becomes a dead letter without running again ("worker process died while handling it").
+
+Any batch transaction that aborts counts: a killed process, a backend terminated by
+``idle_in_transaction_session_timeout`` (a frozen worker), a lost connection or a server
+restart. One such event makes its batch's rows suspects once; only repeated deaths with the
+same row make it dead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+
+from pgmsg.core import batch, conf, sources, sql
+
+logger = logging.getLogger("pgmsg.worker")
+
+QUERIES = sql.load(__package__, "claims.sql")
+
+#: The error kept on a row made dead because its worker kept dying.
+DIED = (
+    "worker process died while handling it ({crashes} time(s)): its batch transaction "
+    "rolled back each time (process killed, out of memory, segfault, or its session "
+    "terminated); not run again. Fix the handler, then replay it."
+)
+
+
+def record(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int) -> None:
+    """Record, committed at once, that transaction ``xid`` is about to run rows ``ids``."""
+    conn = worker.side_connection()
+    worker.last_claim = xid
+    if conn is not None:
+        conn.execute(
+            QUERIES["record"], {"kind": kind, "ids": list(ids), "xid": xid, "pid": os.getpid()}
+        )
+
+
+def record_and_count(
+    worker: sources.Worker, kind: str, ids: Sequence[int], xid: int
+) -> dict[int, int]:
+    """record(), returning the crashes of the recorded ids that have any: {id: crashes}."""
+    conn = worker.side_connection()
+    worker.last_claim = xid
+    if conn is None:
+        return {}
+    cursor = conn.execute(
+        QUERIES["record_and_count"],
+        {"kind": kind, "ids": list(ids), "xid": xid, "pid": os.getpid()},
+    )
+    return dict(cursor.fetchall())
+
+
+def narrow(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int) -> None:
+    """The batch ``xid`` runs only ``ids`` of what it recorded (a suspect, alone)."""
+    conn = worker.side_connection()
+    if conn is not None:
+        conn.execute(
+            QUERIES["narrow"], {"kind": kind, "ids": list(ids), "xid": xid, "pid": os.getpid()}
+        )
+
+
+def withdraw(worker: sources.Worker) -> None:
+    """The worker rolled its last batch back on purpose (batch.Redo): not a crash."""
+    conn = worker.side_connection()
+    if conn is not None and worker.last_claim is not None:
+        conn.execute(QUERIES["withdraw"], {"xid": worker.last_claim, "pid": os.getpid()})
+    worker.last_claim = None
+
+
+def forget(cursor, kind: str, row_id: int) -> None:
+    """In the settling transaction: the suspect ``row_id`` no longer counts its crashes."""
+    cursor.execute(QUERIES["forget"], {"kind": kind, "id": row_id})
+
+
+def died_too_often(
+    delivery: batch.Delivery, *, crashes: int, max_attempts: int | None
+) -> batch.Failure | None:
+    """For a suspect whose ``delivery.attempts`` include its ``crashes``: the dead-letter
+    verdict once they reach ``max_attempts`` (default PGMSG MAX_ATTEMPTS), else None (then it
+    runs alone in its batch)."""
+    if delivery.attempts < (max_attempts or conf.get().MAX_ATTEMPTS):
+        return None
+    logger.error(
+        "pgmsg: %s %s on %r: its worker died while handling it %s time(s); now dead",
+        delivery.kind,
+        delivery.id,
+        delivery.name,
+        crashes,
+    )
+    return batch.Failure(DIED.format(crashes=crashes), give_up=True, retry_in=0.0)

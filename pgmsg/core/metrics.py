@@ -1,0 +1,114 @@
+"""The worker's Prometheus instruments; no-ops when prometheus_client is not installed.
+
+Counters move when the claim transaction commits (``transaction.on_commit``), so they count
+what the database kept: a batch rolled back by a lost connection counts nothing. The
+instruments are created on first use, after ``manage.py listen --metrics-port`` has chosen
+prometheus_client's multiprocess mode (see pgmsg/metrics/exporter.py); the numbers that live
+in the database (backlog, oldest pending age, dead letters, lag) are read at scrape time by
+pgmsg/metrics/collector.py instead.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter as Tally
+from collections.abc import Iterable
+from typing import Any
+
+try:
+    import prometheus_client
+except ImportError:  # the `metrics` extra is not installed
+    prometheus_client = None
+
+#: Delivery.kind -> the ``kind`` label: what a source name names.
+KINDS = {"notification": "channel", "inbox": "inbox", "event": "subscription"}
+
+DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+BATCH_BUCKETS = (0, 1, 2, 5, 10, 25, 50, 100, 250, 500, 1000)
+
+
+def enabled() -> bool:
+    return prometheus_client is not None
+
+
+class _Noop:
+    def labels(self, *args: Any, **kwargs: Any) -> _Noop:
+        return self
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def observe(self, value: float) -> None:
+        pass
+
+
+_NOOP = _Noop()
+
+
+@functools.cache
+def instruments() -> dict[str, Any]:
+    """The instruments by short name (created once per process, on first use)."""
+    if prometheus_client is None:
+        return {}
+    counter, histogram = prometheus_client.Counter, prometheus_client.Histogram
+    by_source = ["kind", "source"]
+    return {
+        "handled": counter(
+            "pgmsg_messages_handled", "Messages handled and acknowledged", by_source
+        ),
+        "failed": counter(
+            "pgmsg_messages_failed", "Failed attempts (a retry or a dead letter each)", by_source
+        ),
+        "retried": counter(
+            "pgmsg_messages_retried", "Failed attempts that will be retried", by_source
+        ),
+        "dead": counter(
+            "pgmsg_messages_dead_lettered",
+            "Messages given up on (dead letters; a stopped subscription partition)",
+            by_source,
+        ),
+        "duration": histogram(
+            "pgmsg_handler_duration_seconds",
+            "Time in a message's handlers (each attempt)",
+            by_source,
+            buckets=DURATION_BUCKETS,
+        ),
+        "batch": histogram(
+            "pgmsg_claim_batch_size",
+            "Messages claimed per batch, by worker source",
+            ["source"],
+            buckets=BATCH_BUCKETS,
+        ),
+        "reconnects": counter(
+            "pgmsg_worker_reconnects", "Database connections a worker lost and re-made", []
+        ),
+    }
+
+
+def _get(name: str) -> Any:
+    return instruments().get(name, _NOOP)
+
+
+def handled(deliveries: Iterable[tuple[str, str]]) -> None:
+    """Count handled messages, given as (Delivery.kind, source name) pairs."""
+    counter = _get("handled")
+    for (kind, name), count in Tally(deliveries).items():
+        counter.labels(KINDS.get(kind, kind), name).inc(count)
+
+
+def failed(kind: str, name: str, *, give_up: bool) -> None:
+    labels = (KINDS.get(kind, kind), name)
+    _get("failed").labels(*labels).inc()
+    _get("dead" if give_up else "retried").labels(*labels).inc()
+
+
+def handler_duration(kind: str, name: str, seconds: float) -> None:
+    _get("duration").labels(KINDS.get(kind, kind), name).observe(seconds)
+
+
+def claimed(source_label: str, count: int) -> None:
+    _get("batch").labels(source_label).observe(count)
+
+
+def reconnected() -> None:
+    _get("reconnects").inc()

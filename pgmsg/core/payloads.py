@@ -1,0 +1,255 @@
+"""Payload (de)serialisation: declared dataclass fields <-> JSON-safe values.
+
+Encoding goes through Django's JSON encoder (datetimes, dates, times, decimals, UUIDs, enums
+become strings); decoding walks the declared type hints and turns them back. Nothing is
+unpickled or evaluated: unknown types are refused with the field's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import json
+import re
+import types
+import typing
+import uuid
+from decimal import Decimal, InvalidOperation
+from functools import cache
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.utils.dateparse import parse_date, parse_datetime, parse_time
+
+from pgmsg.core import errors
+
+
+class _Encoder(DjangoJSONEncoder):
+    def default(self, o):
+        # Django's encoder cuts datetimes and times to milliseconds; keep every microsecond.
+        if isinstance(o, dt.datetime | dt.time):
+            text = o.isoformat()
+            return text[:-6] + "Z" if text.endswith("+00:00") else text
+        if isinstance(o, enum.Enum):
+            return o.value
+        if dataclasses.is_dataclass(o) and not isinstance(o, type):
+            return {f.name: getattr(o, f.name) for f in dataclasses.fields(o)}
+        if isinstance(o, set | frozenset):
+            return sorted(o, key=repr)
+        return super().default(o)
+
+
+# A NUL character as json.dumps writes it: \u0000 after an even number of backslashes.
+_NUL_RE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def dumps(value: Any) -> str:
+    """JSON text of a dataclass instance or plain value; a clear error for what JSON can't hold."""
+    try:
+        text = json.dumps(value, cls=_Encoder, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise errors.PayloadError(f"cannot encode payload {value!r} as JSON: {exc}") from exc
+    if "u0000" in text and _NUL_RE.search(text):
+        raise errors.PayloadError(
+            f"payload {value!r:.200} holds a NUL character (\\x00) in a string, which "
+            "PostgreSQL's jsonb cannot store: strip it, or send the text encoded (base64)"
+        )
+    return text
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def load(cls: type, data: Any) -> Any:
+    """Build an instance of dataclass ``cls`` from decoded JSON, converting by type hints."""
+    return _load_dataclass(cls, data, cls.__name__)
+
+
+# JSON already yields these exact types; a value of exactly that type needs no conversion.
+_PASS_THROUGH = {str: (str,), int: (int,), bool: (bool,), float: (float,)}
+
+
+@cache
+def _plan(cls: type) -> tuple[frozenset, list[str], dict[str, tuple[Any, tuple]]]:
+    """Per dataclass, computed once: field names, required names, and (hint, pass-through)."""
+    hints = _hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    required = [
+        name
+        for name, f in fields.items()
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    return (
+        frozenset(fields),
+        required,
+        {name: (hints[name], _PASS_THROUGH.get(hints[name], ())) for name in fields},
+    )
+
+
+def _load_dataclass(cls: type, value: Any, path: str) -> Any:
+    if not isinstance(value, dict):
+        raise errors.PayloadError(f"{path}: expected a JSON object, got {value!r}")
+    names, required, fields = _plan(cls)
+    if not names.issuperset(value) or not all(name in value for name in required):
+        unknown = sorted(set(value) - names)
+        missing = [name for name in required if name not in value]
+        problems = ([f"missing field(s) {missing}"] if missing else []) + (
+            [f"unknown field(s) {unknown}"] if unknown else []
+        )
+        raise errors.PayloadError(f"{path}: {', '.join(problems)}")
+    kwargs = {}
+    for key, item in value.items():
+        hint, exact = fields[key]
+        kwargs[key] = item if type(item) in exact else _convert(hint, item, f"{path}.{key}")
+    return cls(**kwargs)
+
+
+def check_decodes(cls: type, text: str, *, what: str) -> None:
+    """Raise PayloadError (naming ``what``) unless ``text`` decodes back into ``cls``.
+
+    Senders call this with the JSON they are about to store, so a value that the worker could
+    not decode (``order_id='x'`` for an ``int`` field) fails in the sending code, not later as
+    a dead letter. The check is the worker's own decoding, run once more.
+    """
+    try:
+        load(cls, json.loads(text))
+    except errors.PayloadError as exc:
+        raise errors.PayloadError(f"{what}: {exc}") from exc
+
+
+def _convert(hint: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(hint)
+    if hint is Any or hint is object:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        failures = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(arg, value, path)
+            except errors.PayloadError as exc:
+                failures.append(str(exc))
+        raise errors.PayloadError("; ".join(failures) or f"{path}: null is not allowed")
+    if value is None:
+        raise errors.PayloadError(f"{path}: null is not allowed for {_name(hint)}")
+    if origin is typing.Literal:
+        if value not in typing.get_args(hint):
+            raise errors.PayloadError(f"{path}: {value!r} is not one of {typing.get_args(hint)}")
+        return value
+    if origin in (list, tuple, set, frozenset):
+        if not isinstance(value, list):
+            raise errors.PayloadError(f"{path}: expected a JSON array, got {value!r}")
+        args = typing.get_args(hint)
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(args) != len(value):
+                raise errors.PayloadError(f"{path}: expected {len(args)} items, got {len(value)}")
+            return tuple(
+                _convert(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value))
+            )
+        item = args[0] if args else Any
+        return origin(_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise errors.PayloadError(f"{path}: expected a JSON object, got {value!r}")
+        key_t, val_t = typing.get_args(hint) or (str, Any)
+        return {
+            _convert(key_t, k, f"{path}.key"): _convert(val_t, v, f"{path}[{k!r}]")
+            for k, v in value.items()
+        }
+    if dataclasses.is_dataclass(hint):
+        return _load_dataclass(hint, value, path)
+    return _scalar(hint, value, path)
+
+
+def _scalar(hint: Any, value: Any, path: str) -> Any:
+    try:
+        if hint is bool:
+            if isinstance(value, bool):
+                return value
+        elif hint is int:
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        elif hint is float:
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return float(value)
+        elif hint is str:
+            if isinstance(value, str):
+                return value
+        elif hint is Decimal:
+            if isinstance(value, str | int | float) and not isinstance(value, bool):
+                return Decimal(str(value))
+        elif hint is uuid.UUID:
+            return uuid.UUID(value)
+        elif hint is dt.datetime:
+            parsed = parse_datetime(value)
+            if parsed is not None:
+                return parsed
+        elif hint is dt.date:
+            parsed = parse_date(value)
+            if parsed is not None:
+                return parsed
+        elif hint is dt.time:
+            # fromisoformat keeps a UTC offset ("10:00:00+02:00"); parse_time would drop it.
+            parsed = _time_with_offset(value) or parse_time(value)
+            if parsed is not None:
+                return parsed
+        elif isinstance(hint, type) and issubclass(hint, enum.Enum):
+            return hint(value)
+        else:
+            raise errors.PayloadError(f"{path}: type {_name(hint)} is not supported in payloads")
+    except (TypeError, ValueError, AttributeError, InvalidOperation) as exc:
+        if isinstance(exc, errors.PayloadError):
+            raise
+        raise errors.PayloadError(f"{path}: {value!r} is not a valid {_name(hint)}") from exc
+    raise errors.PayloadError(f"{path}: {value!r} is not a valid {_name(hint)}")
+
+
+def _name(hint: Any) -> str:
+    return getattr(hint, "__name__", None) or str(hint)
+
+
+def check_supported(cls: type) -> None:
+    """Refuse, at declaration time, field types that payloads cannot carry."""
+    for name, hint in _hints(cls).items():
+        _check_hint(hint, f"{cls.__name__}.{name}")
+
+
+def _time_with_offset(value: str) -> dt.time | None:
+    try:
+        return dt.time.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+_SCALARS = (bool, int, float, str, Decimal, uuid.UUID, dt.datetime, dt.date, dt.time)
+
+
+def _check_hint(hint: Any, path: str) -> None:
+    if hint is Any or hint is object or hint is type(None) or hint in _SCALARS:
+        return
+    origin = typing.get_origin(hint)
+    if origin is typing.ClassVar:
+        return
+    if origin is typing.Literal:
+        return
+    if origin in (typing.Union, types.UnionType, list, tuple, set, frozenset, dict):
+        for arg in typing.get_args(hint):
+            if arg is not Ellipsis:
+                _check_hint(arg, path)
+        return
+    if dataclasses.is_dataclass(hint):
+        check_supported(hint)
+        return
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return
+    raise errors.ConfigurationError(
+        f"{path}: type {_name(hint)} cannot be carried in a payload; use str, int, float, bool, "
+        "Decimal, UUID, datetime, date, time, an Enum, a dataclass, or list/dict of those"
+    )

@@ -1,0 +1,105 @@
+"""What the worker drains: the source protocol, and the capabilities' source factories.
+
+Each capability registers a factory under the keyword that selects it on ``Worker(...)`` and
+``manage.py listen`` (``channel_names``, ``inboxes``, ``subscriptions``, ...); the app config
+does the registering, so this core never imports a capability.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+import psycopg
+from django.db import connections
+
+
+class Worker(Protocol):
+    """What a source sees of the worker that runs it (pgmsg.core.worker.Worker)."""
+
+    #: The database alias that holds the tables and runs the handlers.
+    database: str
+    #: Most rows to claim per batch.
+    batch_size: int
+    #: Set when the worker was asked to stop: finish the row in hand, claim nothing more.
+    stopping: bool
+    #: Rows handled so far (sources add to it).
+    handled: int
+    #: The transaction id of the last batch whose claim was recorded (pgmsg/core/claims.py).
+    last_claim: int | None
+
+    def side_connection(self) -> psycopg.Connection | None:
+        """An autocommit connection of the worker's own, for writes that must commit apart
+        from the batch transaction (claims, see pgmsg/core/claims.py); None when the worker
+        is not running."""
+
+
+class Source(Protocol):
+    """A table of stored messages that the worker drains."""
+
+    #: Shown in logs and in the worker's start line.
+    label: str
+    #: The wake payloads its producers pass to ``pgmsg_wake()`` (pgmsg/core/wake.py): while
+    #: the worker sleeps it declares itself idle for these, and producers NOTIFY only then.
+    #: Optional: a source without it is never declared idle, so its producers must NOTIFY
+    #: themselves (or it waits for the sweep).
+    wake_payloads: list[str]
+
+    def wants(self, wake_payload: str) -> bool:
+        """Whether a NOTIFY on the wake channel with this payload concerns this source."""
+
+    def process_batch(self, worker: Worker) -> int:
+        """Claim up to ``worker.batch_size`` due messages, handle them, commit; return the count
+        claimed. Must stop handling (leaving the rest unclaimed) once ``worker.stopping``."""
+
+    def seconds_until_due(self, worker: Worker) -> float | None:
+        """Seconds until the next delayed message is due; None if nothing waits."""
+
+
+class NotifySource(Source, Protocol):
+    """A source that also takes payloads straight from NOTIFY channels of its own."""
+
+    #: NOTIFY channels to LISTEN on besides the wake channel.
+    notify_channels: list[str]
+
+    def on_notify(self, worker: Worker, channel: str, payload: str) -> None:
+        """Handle a payload that arrived on one of ``notify_channels``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceOptions:
+    """What a worker was asked to serve, handed to each capability's source factory."""
+
+    #: Nothing was named: serve everything that has a handler.
+    serve_all: bool
+    #: Names given per selecting keyword (``{"inboxes": ["a"]}``); a keyword not given is absent.
+    selected: Mapping[str, list[str]]
+    #: (i, N): take only share i of N (static partitioning), or None for all.
+    partition: tuple[int, int] | None
+
+    def named(self, keyword: str) -> list[str] | None:
+        """The names given for ``keyword``, or None when it was not given."""
+        return self.selected.get(keyword)
+
+
+Factory = Callable[[SourceOptions], Iterable[Source]]
+
+#: Source factories by selecting keyword, in registration order (the order sources are served).
+factories: dict[str, Factory] = {}
+
+
+def register(keyword: str, factory: Factory) -> None:
+    """Let ``Worker(**{keyword: names})`` and the worker's defaults reach a capability's sources."""
+    factories[keyword] = factory
+
+
+def build(options: SourceOptions) -> list[Source]:
+    return [source for factory in factories.values() for source in factory(options)]
+
+
+def query_value(worker: Worker, statement: str, params: Mapping[str, Any]) -> Any:
+    """The single value of a one-row, one-column statement (e.g. seconds until due)."""
+    with connections[worker.database].cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchone()[0]

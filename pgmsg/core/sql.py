@@ -1,0 +1,40 @@
+"""Named SQL statements, read from the ``.sql`` files that each capability keeps beside its code.
+
+A file holds blocks that each start with ``-- name: <name>`` followed by comment lines that
+describe the statement; values are always passed as parameters (``%(name)s``). A few statements
+take identifiers too (a project's own table in a model inbox): those are written with
+``{placeholders}`` and composed with ``psycopg.sql`` by the caller, never with string formatting.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from typing import LiteralString, cast
+
+_BLOCK_RE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+#: Every file loaded so far, as {(package, filename): {name: statement}}: what the test that
+#: prepares every statement and looks for unused ones walks.
+loaded: dict[tuple[str, str], dict[str, LiteralString]] = {}
+
+
+def _parse(text: str) -> dict[str, LiteralString]:
+    parts = _BLOCK_RE.split(text)
+    queries: dict[str, LiteralString] = {}
+    for name, body in zip(parts[1::2], parts[2::2]):
+        lines = [line for line in body.strip().splitlines() if not line.startswith("--")]
+        # The text comes from a file shipped in the package, never from input: a literal.
+        queries[name] = cast(LiteralString, "\n".join(lines).strip().rstrip(";"))
+    return queries
+
+
+def load(package: str, filename: str) -> dict[str, LiteralString]:
+    """The statements of the file ``filename`` in the folder of ``package``, by name.
+
+    Call it as ``sql.load(__package__, "inbox.sql")`` from a capability's module.
+    """
+    key = (package, filename)
+    if key not in loaded:
+        loaded[key] = _parse(resources.files(package).joinpath(filename).read_text())
+    return loaded[key]

@@ -1,0 +1,314 @@
+"""The listen worker: wait -> claim (SKIP LOCKED) -> handle -> ack | retry | dead-letter.
+
+One loop serves every kind of stored message. A *source* (see ``sources.py``) claims a batch
+of its rows in a transaction, runs their handlers through ``batch.run_batch``, and
+acknowledges the batch in that same transaction, so handler writes and acknowledgements commit
+together or not at all. A dedicated autocommit connection LISTENs; NOTIFY only says "look",
+the rows are the truth, so a missed NOTIFY is covered by the periodic sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Iterable
+
+import psycopg
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
+from psycopg import sql as pgsql
+
+from pgmsg.core import batch, claims, conf, errors, metrics, signals, sql, wake
+from pgmsg.core import sources as sources_module
+
+logger = logging.getLogger(__name__)
+
+#: First pause before reconnecting; doubles up to RECONNECT_BACKOFF_MAX while it keeps failing.
+RECONNECT_DELAY = 0.5
+
+CONNECTION_ERRORS = (OperationalError, InterfaceError, DatabaseError, psycopg.Error)
+
+
+QUERIES = sql.load(__package__, "worker.sql")
+
+
+def session_settings() -> dict[str, str]:
+    """WORKER_IDLE_TIMEOUT as the session settings: idle in transaction and unacknowledged
+    data (ms), and keepalive probes that give up on a silent peer within about that time."""
+    timeout = conf.get().WORKER_IDLE_TIMEOUT
+    probe = max(1, int(timeout / 6))
+    return {
+        "idle": str(max(1, int(timeout * 1000))),
+        "keepalive_idle": str(max(1, int(timeout / 2))),
+        "keepalive_interval": str(probe),
+    }
+
+
+class Worker:
+    """Runs sources until stopped. ``manage.py listen`` builds one per process."""
+
+    def __init__(
+        self,
+        *,
+        partition: tuple[int, int] | None = None,
+        sources: Iterable[sources_module.Source] = (),
+        batch_size: int | None = None,
+        until_idle: bool = False,
+        install_signal_handlers: bool = True,
+        **selected: Iterable[str] | None,
+    ) -> None:
+        """``selected``: names per capability (``channel_names=``, ``inboxes=``,
+        ``subscriptions=``, ...). Naming anything serves only what is named; naming nothing
+        (and passing no ``sources``) serves everything that has a handler."""
+        settings = conf.get()
+        self.database = settings.DATABASE
+        self.batch_size = batch_size or settings.BATCH_SIZE
+        self.until_idle = until_idle
+        self.install_signal_handlers = install_signal_handlers
+        self.stopping = False
+        #: Run the next batch with a savepoint per message (after a fast-path failure).
+        self.careful = False
+        #: The transaction id of the last batch whose claim was recorded (core/claims.py).
+        self.last_claim: int | None = None
+        self.handled = 0
+        self._listen_conn: psycopg.Connection | None = None
+        self._reconnect_delay = RECONNECT_DELAY
+
+        unknown = sorted(set(selected) - set(sources_module.factories))
+        if unknown:
+            raise TypeError(
+                f"Worker() got unknown selection(s) {unknown}; "
+                f"known: {sorted(sources_module.factories)}"
+            )
+        given = {key: list(names) for key, names in selected.items() if names is not None}
+        options = sources_module.SourceOptions(
+            serve_all=not given and not sources, selected=given, partition=partition
+        )
+        self.sources: list[sources_module.Source] = [
+            *sources_module.build(options),
+            *sources,
+        ]
+        if not self.sources:
+            raise errors.ConfigurationError(
+                "nothing to listen to: no listener or handler is registered for what was named "
+                "(or at all); define listeners in an app's listeners.py with @pgmsg.listener(...)"
+            )
+        #: While it sleeps, the worker declares itself idle for these wake payloads (on its
+        #: Django connection); producers NOTIFY only then. See pgmsg/core/wake.py.
+        self._idle = wake.IdleDeclaration(
+            payload for source in self.sources for payload in getattr(source, "wake_payloads", ())
+        )
+        #: NOTIFY channel -> the source that takes its payloads (broadcast channels).
+        self._notify_routes = {
+            channel: source
+            for source in self.sources
+            for channel in getattr(source, "notify_channels", ())
+        }
+
+    # -- running -----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        previous = self._install_signal_handlers() if self.install_signal_handlers else {}
+        if self.install_signal_handlers and signals.received():
+            logger.info("pgmsg worker %s: stop signal during start-up", os.getpid())
+            self.stop()
+        try:
+            self._run()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _run(self) -> None:
+        logger.info("pgmsg worker %s: sources %s", os.getpid(), [s.label for s in self.sources])
+        self._reconnect_delay = RECONNECT_DELAY
+        while not self.stopping:
+            try:
+                self._connect_listener()
+                self._configure_session()
+                self._loop()
+            except CONNECTION_ERRORS as exc:
+                if self.stopping:
+                    break
+                if self.until_idle:
+                    raise  # a one-shot run reports the error instead of waiting it out
+                # Lost connections, a restarting server, a migration not applied yet: the rows
+                # are safe in the database, so wait and carry on.
+                logger.warning(
+                    "pgmsg worker %s: database error, reconnecting in %.1fs: %s",
+                    os.getpid(),
+                    self._reconnect_delay,
+                    exc,
+                )
+                metrics.reconnected()
+                self._close()
+                self._sleep(self._reconnect_delay)
+                # Doubles while reconnecting keeps failing; _loop resets it once a round of
+                # batches went through, so each new outage starts from the short pause.
+                self._reconnect_delay = min(
+                    self._reconnect_delay * 2, conf.get().RECONNECT_BACKOFF_MAX
+                )
+            else:
+                break
+        self._close()
+        logger.info("pgmsg worker %s: stopped after handling %s", os.getpid(), self.handled)
+
+    def stop(self) -> None:
+        """Finish the message in hand, commit, and return from run()."""
+        self.stopping = True
+
+    def _loop(self) -> None:
+        # Start-up sweep: rows stored while no worker ran are due now.
+        dirty = set(range(len(self.sources)))
+        sweep_interval = conf.get().SWEEP_INTERVAL
+        next_sweep = time.monotonic() + sweep_interval
+        idle_after, last_work, linger_poll = conf.get().IDLE_AFTER, 0.0, wake.LINGER_POLL
+        while not self.stopping:
+            claimed = 0
+            for index in sorted(dirty):
+                if self.stopping:
+                    return
+                source = self.sources[index]
+                count = self.process(source)
+                metrics.claimed(source.label, count)
+                claimed += count
+                if count < self.batch_size:
+                    dirty.discard(index)
+            self._reconnect_delay = RECONNECT_DELAY  # the database answered: reconnected
+            # Wake-ups (pgmsg/core/wake.py): found work, so busy again; producers stop NOTIFYing.
+            if claimed:
+                last_work, linger_poll = time.monotonic(), wake.LINGER_POLL
+            if claimed and self._idle.declared:
+                with connections[self.database].cursor() as cursor:
+                    self._idle.withdraw(cursor)
+            if dirty:
+                continue
+            if self.until_idle:
+                return
+            # Work came moments ago: keep looking (after 1, 2, 4, ... ms) for IDLE_AFTER before
+            # declaring idle, so that a steady stream of producers never has to NOTIFY.
+            lingering = time.monotonic() - last_work < idle_after
+            # About to sleep: declare idle. Once the barrier passes, every table gets one more
+            # look (a producer that checked before the declaration has committed by then); while
+            # producers are mid-transaction it is retried after a short pause instead.
+            connection = connections[self.database].connection
+            if self._idle.declared and not self._idle.held_by(connection):
+                self._idle.lost()  # a handler closed the connection: declare on the new one
+            if not lingering and not self._idle.settled:
+                with connections[self.database].cursor() as cursor:
+                    recheck = self._idle.declare(cursor)
+                if recheck:
+                    dirty.update(range(len(self.sources)))
+                    continue
+            timeout = next_sweep - time.monotonic()
+            if lingering:
+                timeout = min(timeout, linger_poll)
+                linger_poll *= 2
+            elif not self._idle.settled:
+                timeout = min(timeout, self._idle.poll_delay())
+            for source in [] if lingering else self.sources:
+                due = source.seconds_until_due(self)
+                if due is not None:
+                    timeout = min(timeout, max(due, 0.0))
+            for payload, channel in self._wait(max(timeout, 0.0)):
+                if channel == wake.WAKE_CHANNEL:
+                    dirty.update(i for i, s in enumerate(self.sources) if s.wants(payload))
+                else:
+                    self._notify_routes[channel].on_notify(self, channel, payload)
+            if lingering or time.monotonic() >= next_sweep or timeout <= 0:
+                dirty.update(range(len(self.sources)))
+                next_sweep = time.monotonic() + sweep_interval
+
+    def process(self, source: sources_module.Source) -> int:
+        """``source.process_batch``, with the fallback of run_batch's fast path: a batch in
+        which a handler failed was rolled back (batch.Redo); claim again with a savepoint per
+        row, so the failure is recorded and the other rows commit."""
+        try:
+            return source.process_batch(self)
+        except batch.Redo:
+            claims.withdraw(self)  # rolled back on purpose: no crash to count
+            self.careful = True
+            try:
+                return source.process_batch(self)
+            finally:
+                self.careful = False
+
+    def _wait(self, timeout: float) -> list[tuple[str, str]]:
+        # Short slices keep a stop request (signal) from waiting out a long sweep interval.
+        deadline = time.monotonic() + timeout
+        while not self.stopping:
+            slice_ = min(0.25, max(deadline - time.monotonic(), 0.0))
+            got = [
+                (n.payload, n.channel)
+                for n in self._listen_conn.notifies(timeout=slice_, stop_after=1)
+            ]
+            if got or time.monotonic() >= deadline:
+                return got
+        return []
+
+    # -- connections and signals -------------------------------------------------------------
+
+    def _connect_listener(self) -> None:
+        if self._listen_conn is not None and not self._listen_conn.closed:
+            return
+        params = connections[self.database].get_connection_params()
+        for key in ("cursor_factory", "context", "prepare_threshold", "server_side_binding"):
+            params.pop(key, None)
+        conn = psycopg.connect(**params, autocommit=True)
+        # Its writes (claims) need not wait for a WAL flush: a dying worker process does not
+        # lose them, only a server crash could, which would forget a crash count at worst.
+        conn.execute("SET synchronous_commit = off")
+        conn.execute(QUERIES["configure_session"], session_settings())
+        for name in [wake.WAKE_CHANNEL, *sorted(self._notify_routes)]:
+            conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(name)))
+        self._listen_conn = conn
+
+    def _configure_session(self) -> None:
+        """Bound how long a frozen or vanished worker can hold a batch (WORKER_IDLE_TIMEOUT)."""
+        db = connections[self.database]
+        if db.in_atomic_block:
+            return  # run inside a caller's transaction: its session is the caller's
+        with db.cursor() as cursor:
+            cursor.execute(QUERIES["configure_session"], session_settings())
+
+    def side_connection(self) -> psycopg.Connection | None:
+        """The worker's autocommit connection (it also LISTENs): for writes that must commit
+        apart from the batch transaction, e.g. claims (pgmsg/core/claims.py). None when the
+        worker is not running (a source driven by hand, in a test): nothing to record then."""
+        return self._listen_conn if self._listen_conn and not self._listen_conn.closed else None
+
+    def _close(self) -> None:
+        self._idle.lost()  # the idle locks live on the Django connection closed below
+        if self._listen_conn is not None:
+            try:
+                self._listen_conn.close()
+            except psycopg.Error:
+                pass
+            self._listen_conn = None
+        try:
+            connections[self.database].close()
+        except DatabaseError:
+            pass
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.stopping and time.monotonic() < deadline:
+            time.sleep(min(0.1, deadline - time.monotonic()))
+
+    def _install_signal_handlers(self) -> dict:
+        def handler(signum, frame):
+            if self.stopping:
+                logger.warning("pgmsg worker %s: second signal, exiting at once", os.getpid())
+                os._exit(128 + signum)
+            logger.info(
+                "pgmsg worker %s: signal %s, finishing the message in hand", os.getpid(), signum
+            )
+            self.stop()
+
+        # A signal ignored on entry stays ignored: supervised children ignore SIGINT, since
+        # Ctrl-C reaches the whole process group and the supervisor forwards a SIGTERM.
+        return {
+            signum: signal.signal(signum, handler)
+            for signum in signals.STOP_SIGNALS
+            if signal.getsignal(signum) is not signal.SIG_IGN
+        }

@@ -1,0 +1,402 @@
+"""The event store: typed events, append with optimistic concurrency, gap-free reads."""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import datetime as dt
+import enum
+import json
+import logging
+import re
+import uuid
+from collections.abc import Iterable
+from typing import Any, ClassVar, NamedTuple, dataclass_transform
+
+from django.db import connections, transaction
+
+from pgmsg.core import batch, conf, errors, names, payloads, sql
+
+logger = logging.getLogger(__name__)
+
+QUERIES = sql.load(__package__, "events.sql")
+
+# Categories become NOTIFY payloads ("events:<category>") and filter values; the same
+# character set and length as channel names keeps them readable and inside NOTIFY's limits.
+MAX_CATEGORY_LENGTH = 57
+MAX_STREAM_NAME_LENGTH = 200
+_CATEGORY_RE = re.compile(r"^[a-z][a-z0-9_.]*$")
+_STREAM_ID_RE = re.compile(r"^[A-Za-z0-9_.:@+=~-]+$")
+_TYPE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.]*$")
+_ENVELOPE_FIELDS = ("message_id", "metadata")
+
+
+class Expect(enum.Enum):
+    """Expected versions that are not a number."""
+
+    #: Append whatever the stream's version.
+    ANY = "any"
+    #: The stream must have no events yet (the same as expected version 0).
+    NO_STREAM = "no stream"
+
+    def __repr__(self) -> str:
+        return f"pgmsg.{self.name}"
+
+    __str__ = __repr__
+
+
+ANY = Expect.ANY
+NO_STREAM = Expect.NO_STREAM
+
+
+# -- typed events ------------------------------------------------------------------------------
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field,))
+@dataclasses.dataclass
+class Event:
+    """Base of typed events. A subclass is a dataclass whose fields are the event's data.
+
+    ::
+
+        class Deposited(pgmsg.Event, type="account.deposited"):
+            amount: Decimal
+
+    ``type`` (default: the class name) is stored beside the JSON data and names the class when
+    the event is read back, so keep it stable when the class moves or is renamed. Every
+    instance has a ``message_id`` (a new UUID unless given: give the same id to make a retried
+    append idempotent) and ``metadata`` (``correlation_id``, ``causation_id``, anything else
+    JSON can hold); both are keyword-only and kept out of the data.
+    """
+
+    pgmsg_type: ClassVar[str]
+
+    message_id: uuid.UUID = dataclasses.field(
+        default_factory=uuid.uuid4, kw_only=True, compare=False, repr=False
+    )
+    metadata: dict[str, Any] = dataclasses.field(
+        default_factory=dict, kw_only=True, compare=False, repr=False
+    )
+
+    def __init_subclass__(cls, *, type: str | None = None, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "__dataclass_fields__" not in cls.__dict__:
+            dataclasses.dataclass(cls)
+        name = type or cls.__name__
+        if not isinstance(name, str) or not _TYPE_RE.match(name):
+            raise errors.ConfigurationError(
+                f"{cls.__qualname__}: invalid event type {name!r}: use letters, digits, '_' or "
+                "'.', starting with a letter"
+            )
+        payloads.check_supported(cls)
+        known = event_types.get(name)
+        if known is not None and _origin(known) != _origin(cls):
+            raise errors.ConfigurationError(
+                f"event type {name!r} is declared twice: by {_origin(known)} and {_origin(cls)}"
+            )
+        cls.pgmsg_type = name
+        event_types[name] = cls
+
+    def follows(self, cause: RecordedEvent) -> Event:
+        """Mark this event as caused by ``cause`` (causation id; correlation id carried on)."""
+        self.metadata["causation_id"] = str(cause.message_id)
+        self.metadata["correlation_id"] = cause.metadata.get("correlation_id") or str(
+            cause.message_id
+        )
+        return self
+
+
+def _origin(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+#: Event classes by stored type name.
+event_types: dict[str, type[Event]] = {}
+
+
+def event_class(type_name: str) -> type[Event]:
+    try:
+        return event_types[type_name]
+    except KeyError:
+        raise errors.UnknownEventType(
+            f"no Event class has type {type_name!r}; known types: {sorted(event_types)}"
+        ) from None
+
+
+def _data_of(event: Event) -> str:
+    return payloads.dumps(
+        {
+            f.name: getattr(event, f.name)
+            for f in dataclasses.fields(event)
+            if f.name not in _ENVELOPE_FIELDS
+        }
+    )
+
+
+# -- stream names and checkpoints ----------------------------------------------------------------
+
+
+def category_of(stream: str) -> str:
+    """``account`` for ``account-123``."""
+    return stream.split("-", 1)[0]
+
+
+def validate_stream_name(stream: Any) -> str:
+    """Return ``stream`` if it is ``<category>-<id>``; raise InvalidStreamName quoting it if not."""
+    if not isinstance(stream, str) or "-" not in stream:
+        raise errors.InvalidStreamName(
+            f"invalid stream name {stream!r}: use '<category>-<id>', e.g. 'account-123'"
+        )
+    category, ident = stream.split("-", 1)
+    validate_category(category, stream=stream)
+    if not _STREAM_ID_RE.match(ident):
+        raise errors.InvalidStreamName(
+            f"invalid stream name {stream!r}: the id after the first '-' must be non-empty "
+            "letters, digits or _.:@+=~-"
+        )
+    names.check_length(
+        stream, MAX_STREAM_NAME_LENGTH, errors.InvalidStreamName, f"stream name {stream!r}"
+    )
+    return stream
+
+
+def validate_category(category: Any, *, stream: str | None = None) -> str:
+    what = f"stream name {stream!r}" if stream is not None else f"category {category!r}"
+    if not isinstance(category, str) or not _CATEGORY_RE.match(category):
+        raise errors.InvalidStreamName(
+            f"invalid {what}: the category must be lowercase letters, digits, '_' or '.', "
+            "starting with a letter"
+        )
+    where = what if stream is None else f"category in {what}"
+    names.check_length(category, MAX_CATEGORY_LENGTH, errors.InvalidStreamName, where)
+    return category
+
+
+class Checkpoint(NamedTuple):
+    """A place in the store's read order: everything at or before (transaction_id, position)."""
+
+    transaction_id: int
+    position: int
+
+
+#: Before the first event.
+START = Checkpoint(0, 0)
+
+
+def as_checkpoint(value: Any) -> Checkpoint:
+    """``value`` as a Checkpoint: None means START; a stored pair of ints is accepted."""
+    if value is None:
+        return START
+    if (
+        isinstance(value, tuple | list)
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+    ):
+        return Checkpoint(*value)
+    raise errors.InvalidCheckpoint(
+        f"not a checkpoint: {value!r}; pass None (or pgmsg.START) to read from the beginning, "
+        "or a RecordedEvent's .checkpoint, a (transaction_id, position) pair of ints >= 0"
+    )
+
+
+@dataclasses.dataclass(eq=False)
+class RecordedEvent:
+    """An event as stored: where it is, when it was written, and its (lazily decoded) event."""
+
+    position: int
+    transaction_id: int
+    stream_name: str
+    version: int
+    type: str
+    data: dict[str, Any]
+    metadata: dict[str, Any]
+    message_id: uuid.UUID
+    recorded_at: dt.datetime
+    _event: Event | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def category(self) -> str:
+        return category_of(self.stream_name)
+
+    @property
+    def checkpoint(self) -> Checkpoint:
+        return Checkpoint(self.transaction_id, self.position)
+
+    @property
+    def event(self) -> Event:
+        """The typed event (raises UnknownEventType or PayloadError if it cannot be built)."""
+        if self._event is None:
+            event = payloads.load(event_class(self.type), self.data)
+            event.message_id = self.message_id
+            event.metadata = dict(self.metadata)
+            self._event = event
+        return self._event
+
+    @classmethod
+    def from_row(cls, row: tuple) -> RecordedEvent:
+        position, xid, stream, version, type_, data, metadata, message_id, recorded_at = row
+        return cls(
+            position,
+            int(xid),
+            stream,
+            version,
+            type_,
+            json.loads(data),
+            json.loads(metadata),
+            message_id,
+            recorded_at,
+        )
+
+
+# -- appending -----------------------------------------------------------------------------------
+
+#: The event being handled by a subscription, so appends in a handler record their cause.
+_cause: contextvars.ContextVar[RecordedEvent | None] = contextvars.ContextVar(
+    "pgmsg_event_cause", default=None
+)
+
+
+def caused_by(recorded: RecordedEvent):
+    """Within the block, events appended record ``recorded`` as their cause."""
+    return batch.bound(_cause, recorded)
+
+
+def append(
+    stream: str,
+    events: Event | Iterable[Event],
+    *,
+    expected_version: int | Expect = ANY,
+) -> int:
+    """Append ``events`` to ``stream`` atomically, in the caller's transaction; return the
+    stream's version after them.
+
+    ``expected_version``: a version number, ``NO_STREAM`` (same as 0) or ``ANY``. A mismatch
+    raises ConcurrencyError and writes nothing. Appends to one stream are serialised by a lock
+    on its row, held until the caller's transaction ends. If every event's message id is
+    stored already (a retried call), nothing is written and the stored version is returned,
+    whatever ``expected_version``; if only some are, DuplicateMessageId is raised.
+    """
+    validate_stream_name(stream)
+    given = [events] if isinstance(events, Event) else list(events)
+    if not given:
+        raise errors.PayloadError(f"append to {stream!r}: no events given")
+    expected = _check_expected(expected_version)
+    types, data, metadata, ids = [], [], [], []
+    cause = _cause.get()
+    validate = conf.get().VALIDATE_ON_SEND
+    for event in given:
+        if not isinstance(event, Event) or type(event) is Event:
+            raise errors.PayloadError(
+                f"append to {stream!r}: {event!r} is not an instance of a pgmsg.Event subclass"
+            )
+        if not isinstance(event.metadata, dict):
+            raise errors.PayloadError(
+                f"metadata of {event!r} must be a dict, got {event.metadata!r}"
+            )
+        if cause is not None and "causation_id" not in event.metadata:
+            event.follows(cause)
+        types.append(event.pgmsg_type)
+        data.append(_data_of(event))
+        if validate:
+            payloads.check_decodes(
+                type(event), data[-1], what=f"cannot append {event.pgmsg_type!r} to {stream!r}"
+            )
+        metadata.append(payloads.dumps(event.metadata))
+        ids.append(_message_id(event))
+    if len(set(ids)) != len(ids):
+        raise errors.DuplicateMessageId(
+            f"append to {stream!r}: a message id appears twice: "
+            f"{sorted(str(i) for i in ids if ids.count(i) > 1)}"
+        )
+
+    params = {
+        "stream": stream,
+        "category": category_of(stream),
+        "count": len(given),
+        "types": types,
+        "data": data,
+        "metadata": metadata,
+        "ids": ids,
+    }
+    db = conf.get().DATABASE
+    try:
+        with transaction.atomic(using=db), connections[db].cursor() as cursor:
+            version = _insert(cursor, params, None if expected is ANY else expected)
+            if version is None:
+                raise _LookCloser  # roll back what the statement did, then find out why
+        return version
+    except _LookCloser:
+        pass
+    # A version mismatch or a stored message id: decide with the stream locked.
+    with transaction.atomic(using=db), connections[db].cursor() as cursor:
+        cursor.execute(QUERIES["lock_stream"], {"stream": stream})
+        current = cursor.fetchone()[0]
+        cursor.execute(QUERIES["stored_messages"], {"ids": ids})
+        stored = {row[0]: (row[1], row[2]) for row in cursor.fetchall()}
+        if stored:
+            return _already_stored(stream, ids, stored)
+        if expected is not ANY and expected != current:
+            raise errors.ConcurrencyError(stream, expected_version, current)
+        version = _insert(cursor, params, current)
+        if version is None:  # an id stored meanwhile by an append to another stream
+            raise errors.DuplicateMessageId(
+                f"append to {stream!r}: a message id was stored by another append meanwhile; "
+                "nothing written"
+            )
+        return version
+
+
+class _LookCloser(Exception):
+    pass
+
+
+def _insert(cursor, params: dict, expected: int | None) -> int | None:
+    """Run the one-statement append; the new version, or None if not every event went in."""
+    statement = "append_exact" if expected else "append_any"
+    cursor.execute(QUERIES[statement], {**params, "expected": expected})
+    versions = [row[0] for row in cursor.fetchall()]
+    return max(versions) if len(versions) == params["count"] else None
+
+
+def _check_expected(expected: Any) -> int | Expect:
+    if expected is ANY:
+        return ANY
+    if expected is NO_STREAM:
+        return 0
+    if isinstance(expected, int) and not isinstance(expected, bool) and expected >= 0:
+        return expected
+    raise errors.PayloadError(
+        f"expected_version must be a version number >= 0, pgmsg.NO_STREAM or pgmsg.ANY, "
+        f"got {expected!r}"
+    )
+
+
+def _message_id(event: Event) -> uuid.UUID:
+    value = event.message_id
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        raise errors.PayloadError(f"message_id of {event!r} is not a UUID: {value!r}") from None
+
+
+def _already_stored(stream: str, ids: list[uuid.UUID], stored: dict) -> int:
+    elsewhere = {str(i): s for i, (s, _) in stored.items() if s != stream}
+    if elsewhere:
+        raise errors.DuplicateMessageId(
+            f"append to {stream!r}: message id(s) already stored in other streams: {elsewhere}"
+        )
+    if len(stored) != len(ids):
+        missing = [str(i) for i in ids if i not in stored]
+        raise errors.DuplicateMessageId(
+            f"append to {stream!r}: some message ids are stored already and {missing} are not; "
+            "a retried append must carry the same events as the first attempt"
+        )
+    logger.info("pgmsg: append to %r was stored already; nothing written", stream)
+    return max(version for _, version in stored.values())
+
+
+def is_type_name(value: object) -> bool:
+    """Whether ``value`` may name an event type."""
+    return isinstance(value, str) and bool(_TYPE_RE.match(value))

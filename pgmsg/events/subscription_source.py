@@ -1,0 +1,199 @@
+"""The worker's source for a subscription: one transaction per partition, checkpoint moved in it."""
+
+from __future__ import annotations
+
+from django.db import connections, transaction
+
+from pgmsg.core import batch, errors, sources
+from pgmsg.core.sources import Worker
+from pgmsg.events import reads
+from pgmsg.events import store as events
+from pgmsg.events.store import Checkpoint, RecordedEvent
+from pgmsg.events.subscriptions import (
+    QUERIES,
+    WAKE_PREFIX,
+    Subscription,
+    ensure_partitions,
+    registry,
+)
+
+
+class SubscriptionSource:
+    """One subscription (or a static share of its partitions), drained by the listen worker.
+
+    Each partition is processed in its own transaction: lock the partition row (SKIP LOCKED:
+    another worker holds it), read up to a batch of events after its checkpoint, run them
+    through ``run_batch`` with the partition as the ordering group (the first failure stops
+    the partition's batch), and move the checkpoint in the same transaction.
+    """
+
+    def __init__(self, sub: Subscription, share: tuple[int, int] | None = None) -> None:
+        self.sub = sub
+        self.label = f"subscription:{sub.name}"
+        part, parts = share or (0, 1)
+        if parts > 1:
+            self.label += f" (share {part}/{parts})"
+        self.mine = [p for p in range(sub.partitions) if p % parts == part]
+        self._ready = False
+        # The event trigger wakes "events:<category>" with "events" as its scope, so a
+        # subscription to every category declares itself idle for "events".
+        category = sub.category
+        self.wake_payloads = [WAKE_PREFIX if category is None else f"{WAKE_PREFIX}:{category}"]
+
+    def wants(self, wake_payload: str) -> bool:
+        if self.sub.category is None:
+            return wake_payload == WAKE_PREFIX or wake_payload.startswith(WAKE_PREFIX + ":")
+        return wake_payload in (WAKE_PREFIX, f"{WAKE_PREFIX}:{self.sub.category}")
+
+    def seconds_until_due(self, worker: Worker) -> float | None:
+        return sources.query_value(
+            worker,
+            QUERIES["seconds_until_due"],
+            {"subscription": self.sub.name, "partitions": self.mine},
+        )
+
+    def process_batch(self, worker: Worker) -> int:
+        db = worker.database
+        with connections[db].cursor() as cursor:
+            if not self._ready:
+                with transaction.atomic(using=db):
+                    ensure_partitions(self.sub, cursor)
+                self._ready = True
+            xmin = reads.read_horizon(cursor)
+            cursor.execute(
+                QUERIES["due_partitions"], {"subscription": self.sub.name, "partitions": self.mine}
+            )
+            rows = cursor.fetchall()
+            if not rows:
+                return 0
+            due = [row[0] for row in rows]
+            lowest = min(Checkpoint(row[1], row[2]) for row in rows)
+            # One cheap look for the whole subscription before a transaction per partition:
+            # when nothing it handles lies between its lowest checkpoint and the horizon,
+            # every partition may move to the horizon at once.
+            if not reads.read_ordered(
+                cursor,
+                after=lowest,
+                xmin=xmin,
+                category=self.sub.category,
+                types=self.sub.types,
+                limit=1,
+            ):
+                cursor.execute(
+                    QUERIES["advance_idle"],
+                    {
+                        "subscription": self.sub.name,
+                        "partitions": due,
+                        "xid": xmin,
+                        "low_xid": lowest.transaction_id,
+                        "low_position": lowest.position,
+                    },
+                )
+                return 0
+        claimed = 0
+        for partition in due:
+            if worker.stopping:
+                break
+            claimed += self._process_partition(worker, partition)
+        return claimed
+
+    def _process_partition(self, worker: Worker, partition: int) -> int:
+        db, sub = worker.database, self.sub
+        with transaction.atomic(using=db), connections[db].cursor() as cursor:
+            # The horizon first: locking the row gives this transaction an id, which would
+            # hold the horizon back to itself.
+            xmin = reads.read_horizon(cursor)
+            cursor.execute(
+                QUERIES["lock_partition"], {"subscription": sub.name, "partition": partition}
+            )
+            row = cursor.fetchone()
+            if row is None:
+                return 0  # another worker holds it, or it is stopped or backing off
+            id_, checkpoint_xid, checkpoint_position, attempts = row
+            start = Checkpoint(checkpoint_xid, checkpoint_position)
+            read = reads.read_ordered(
+                cursor,
+                after=start,
+                xmin=xmin,
+                category=sub.category,
+                types=sub.types,
+                partition=(partition, sub.partitions, sub.key_source, sub.key),
+                limit=worker.batch_size,
+            )
+            # Only the first event read is the one that failed before (if one did).
+            first = read[0] if read else None
+
+            def delivery(recorded: RecordedEvent) -> batch.Delivery:
+                tries = attempts if recorded is first else 0
+                return batch.Delivery("event", recorded.position, sub.name, tries)
+
+            result = batch.run_batch(
+                worker, read, delivery=delivery, handle=self._handle, group=lambda _: partition
+            )
+            handled = len(result.done)
+            reached = result.done[-1].checkpoint if result.done else start
+            if not result.failed and handled == len(read) < worker.batch_size:
+                # Every matching event of ended transactions was read: the next read may
+                # start at the horizon instead of re-scanning other partitions' events.
+                reached = max(reached, Checkpoint(xmin, 0))
+            if result.failed:
+                recorded, exc = result.failed[0]
+                failure = batch.failure(
+                    delivery(recorded),
+                    exc,
+                    max_attempts=sub.max_attempts,
+                    giving_up="partition stopped",
+                    where=f" partition {partition} ({recorded.stream_name} v{recorded.version})",
+                )
+                cursor.execute(
+                    QUERIES["fail"],
+                    {
+                        "id": id_,
+                        "xid": reached.transaction_id,
+                        "position": reached.position,
+                        "handled": handled,
+                        "error": failure.error,
+                        "failed_position": recorded.position,
+                        "stop": failure.give_up,
+                        "delay": failure.retry_in,
+                    },
+                )
+            elif reached != start or handled or attempts:
+                cursor.execute(
+                    QUERIES["advance"],
+                    {
+                        "id": id_,
+                        "xid": reached.transaction_id,
+                        "position": reached.position,
+                        "handled": handled,
+                    },
+                )
+        worker.handled += handled
+        return len(read)
+
+    def _handle(self, recorded: RecordedEvent) -> None:
+        with events.caused_by(recorded):
+            self.sub.dispatch(recorded)
+
+
+def worker_sources(options: sources.SourceOptions) -> list[SubscriptionSource]:
+    """The listen worker's subscription sources: those named, or every one with a handler."""
+    named = options.named("subscriptions")
+    if named is not None:
+        subs = []
+        for name in named:
+            sub = registry.get(name)
+            if not any(sub.handlers.values()):
+                raise errors.ConfigurationError(
+                    f"subscription {name!r} has no handler registered; register one with "
+                    f"@<subscription>.handler(EventClass)"
+                )
+            subs.append(sub)
+    elif options.serve_all:
+        subs = [s for s in registry.subscriptions.values() if any(s.handlers.values())]
+    else:
+        subs = []
+    return [
+        SubscriptionSource(sub, options.partition)
+        for sub in sorted(set(subs), key=lambda s: s.name)
+    ]

@@ -1,0 +1,194 @@
+"""Named subscriptions to the event store: declarations, handlers and their partitions."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pgmsg.core import errors, names, sql
+from pgmsg.events import store as events
+from pgmsg.events.store import RecordedEvent
+
+QUERIES = sql.load(__package__, "subscriptions.sql")
+
+WAKE_PREFIX = "events"
+#: Errors that retrying cannot mend: the partition stops at once.
+
+Handler = Callable[[RecordedEvent], Any]
+
+
+@dataclasses.dataclass(eq=False)
+class Subscription:
+    """A named, partitioned, checkpointed reader of one category (or of every event).
+
+    ::
+
+        ledger = pgmsg.Subscription("ledger", category="account", partitions=4)
+
+        @ledger.handler(Deposited, Withdrawn)
+        def project(recorded: pgmsg.RecordedEvent) -> None:
+            ...
+
+    Events go to one of ``partitions`` fixed buckets by a hash of the partition key:
+    ``partition_by="stream"`` (the default: each stream stays in order), ``"data.<field>"`` or
+    ``"metadata.<key>"``. Each bucket is handled in order by one worker at a time; buckets run
+    in parallel. ``start``: ``"beginning"`` or ``"now"`` (events of transactions that ended
+    before the subscription's partitions were first created are passed over). A handler that
+    still fails after ``max_attempts`` (default PGMSG MAX_ATTEMPTS) stops its partition until
+    an operator skips or retries (``manage.py pgmsg_subscriptions``).
+    """
+
+    name: str
+    category: str | None = None
+    partitions: int = 4
+    partition_by: str = "stream"
+    start: Literal["beginning", "now"] = "beginning"
+    max_attempts: int | None = None
+    #: Handlers by event type name; None holds the handlers of every type.
+    handlers: dict[str | None, list[Handler]] = dataclasses.field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        names.validate_name(self.name, kind="subscription")
+        if self.category is not None:
+            events.validate_category(self.category)
+        if not isinstance(self.partitions, int) or not 1 <= self.partitions <= 1024:
+            raise errors.ConfigurationError(
+                f"subscription {self.name!r}: partitions must be an int from 1 to 1024, "
+                f"got {self.partitions!r}"
+            )
+        self.key_source, self.key = _parse_partition_by(self.name, self.partition_by)
+        if self.start not in ("beginning", "now"):
+            raise errors.ConfigurationError(
+                f"subscription {self.name!r}: start must be 'beginning' or 'now', "
+                f"got {self.start!r}"
+            )
+        if self.max_attempts is not None and (
+            not isinstance(self.max_attempts, int) or self.max_attempts < 1
+        ):
+            raise errors.ConfigurationError(
+                f"subscription {self.name!r}: max_attempts must be a positive int, "
+                f"got {self.max_attempts!r}"
+            )
+        registry.add(self)
+
+    def handler(self, *types: type[events.Event] | str) -> Callable[[Handler], Handler]:
+        """Register the decorated function for these event types (none given: every type).
+
+        It is called with the RecordedEvent (``.event`` is the typed event) inside the
+        transaction that moves the partition's checkpoint.
+        """
+        names: list[str | None] = [
+            t.pgmsg_type
+            if isinstance(t, type) and issubclass(t, events.Event)
+            else _type_name(self.name, t)
+            for t in types
+        ] or [None]
+
+        def decorator(func: Handler) -> Handler:
+            key = _qualname(func)
+            for name in names:
+                funcs = self.handlers.setdefault(name, [])
+                # A module imported twice must not register twice.
+                funcs[:] = [f for f in funcs if _qualname(f) != key]
+                funcs.append(func)
+            return func
+
+        return decorator
+
+    @property
+    def types(self) -> list[str] | None:
+        """The event types to read (None: every type)."""
+        if self.handlers.get(None):
+            return None
+        return sorted(name for name, funcs in self.handlers.items() if funcs)
+
+    def dispatch(self, recorded: RecordedEvent) -> None:
+        funcs = self.handlers.get(recorded.type, []) + self.handlers.get(None, [])
+        if funcs and recorded.type in self.handlers:
+            recorded.event  # noqa: B018  (decode now: a bad payload must fail before handlers)
+        for func in funcs:
+            func(recorded)
+
+
+def _type_name(subscription: str, value: Any) -> str:
+    if events.is_type_name(value):
+        return value
+    raise errors.ConfigurationError(
+        f"subscription {subscription!r}: handler types must be Event subclasses or type names, "
+        f"got {value!r}"
+    )
+
+
+def _parse_partition_by(name: str, value: Any) -> tuple[str, str]:
+    if value == "stream":
+        return "stream", ""
+    if isinstance(value, str) and "." in value:
+        source, key = value.split(".", 1)
+        if source in ("data", "metadata") and key:
+            return source, key
+    raise errors.ConfigurationError(
+        f"subscription {name!r}: partition_by must be 'stream', 'data.<field>' or "
+        f"'metadata.<key>', got {value!r}"
+    )
+
+
+def _qualname(func: Callable) -> str:
+    return f"{getattr(func, '__module__', '')}.{getattr(func, '__qualname__', repr(func))}"
+
+
+def _settings(sub: Subscription) -> tuple:
+    return (sub.category, sub.partitions, sub.partition_by, sub.start, sub.max_attempts)
+
+
+class Registry:
+    def __init__(self) -> None:
+        self.subscriptions: dict[str, Subscription] = {}
+
+    def add(self, sub: Subscription) -> None:
+        known = self.subscriptions.get(sub.name)
+        if known is not None:
+            if _settings(known) != _settings(sub):
+                raise errors.ConfigurationError(
+                    f"subscription {sub.name!r} is declared twice with different settings: "
+                    f"{_settings(known)} and {_settings(sub)}"
+                )
+            sub.handlers = known.handlers  # a re-imported module re-declares the same thing
+        self.subscriptions[sub.name] = sub
+
+    def get(self, name: str) -> Subscription:
+        try:
+            return self.subscriptions[name]
+        except KeyError:
+            raise errors.UnknownSubscription(
+                f"no subscription named {name!r} is declared; known subscriptions: "
+                f"{sorted(self.subscriptions)}"
+            ) from None
+
+
+registry = Registry()
+
+
+# -- partitions ----------------------------------------------------------------------------------
+
+
+def ensure_partitions(sub: Subscription, cursor) -> None:
+    """Create the subscription's partition rows if missing (each starting where ``start`` says).
+
+    Changing the partition count of a subscription that has run would reorder events, so it
+    is refused: reset the subscription under a new name, or delete its partition rows.
+    """
+    cursor.execute(QUERIES["partition_count"], {"subscription": sub.name})
+    count, highest = cursor.fetchone()
+    if count == 0:
+        cursor.execute(
+            QUERIES["create_partitions"],
+            {"subscription": sub.name, "count": sub.partitions, "from_now": sub.start == "now"},
+        )
+    elif count != sub.partitions or highest != sub.partitions - 1:
+        raise errors.ConfigurationError(
+            f"subscription {sub.name!r} declares {sub.partitions} partitions but the database "
+            f"holds {count} (up to index {highest}); changing the count would break ordering: "
+            "use a new subscription name, or delete its rows from pgmsg_subscription_partition "
+            "and let it start again"
+        )

@@ -1,0 +1,147 @@
+-- name: create_partitions
+-- One row per partition, created once. A subscription that starts "now" begins at the
+-- horizon: events of transactions that have ended are passed over.
+INSERT INTO pgmsg_subscription_partition
+    (subscription, partition, checkpoint_transaction, checkpoint_position, status, attempts,
+     last_error, handled)
+SELECT %(subscription)s, p,
+       CASE WHEN %(from_now)s THEN pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+            ELSE 0 END,
+       0, 'active', 0, '', 0
+FROM generate_series(0, %(count)s - 1) AS p
+ON CONFLICT (subscription, partition) DO NOTHING;
+
+-- name: partition_count
+SELECT count(*), max(partition) FROM pgmsg_subscription_partition
+WHERE subscription = %(subscription)s;
+
+-- name: due_partitions
+-- Partitions worth a look, with their checkpoints (no lock here: lock_partition decides).
+SELECT partition, checkpoint_transaction, checkpoint_position FROM pgmsg_subscription_partition
+WHERE subscription = %(subscription)s AND partition = ANY(%(partitions)s::int[])
+  AND status = 'active' AND next_attempt_at <= now()
+ORDER BY partition;
+
+-- name: lock_partition
+-- Hold one partition for this transaction; a partition another worker holds is skipped.
+-- FOR UPDATE returns the row's latest committed checkpoint.
+SELECT id, checkpoint_transaction, checkpoint_position, attempts
+FROM pgmsg_subscription_partition
+WHERE subscription = %(subscription)s AND partition = %(partition)s
+  AND status = 'active' AND next_attempt_at <= now()
+FOR UPDATE SKIP LOCKED;
+
+-- name: advance_idle
+-- Nothing to handle between the lowest checkpoint and the horizon: move the idle partitions
+-- (not held by a worker, not failing, not reset below that checkpoint meanwhile) to the
+-- horizon, so that later reads start there.
+UPDATE pgmsg_subscription_partition
+SET checkpoint_transaction = %(xid)s, checkpoint_position = 0
+WHERE id IN (
+    SELECT id FROM pgmsg_subscription_partition
+    WHERE subscription = %(subscription)s AND partition = ANY(%(partitions)s::int[])
+      AND status = 'active' AND attempts = 0
+      AND (checkpoint_transaction, checkpoint_position) < (%(xid)s::bigint, 0)
+      AND (checkpoint_transaction, checkpoint_position)
+          >= (%(low_xid)s::bigint, %(low_position)s::bigint)
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: advance
+-- Move the checkpoint, in the transaction that ran the handlers; never backwards.
+UPDATE pgmsg_subscription_partition
+SET (checkpoint_transaction, checkpoint_position) = (
+        SELECT CASE WHEN (%(xid)s::bigint, %(position)s::bigint)
+                         > (checkpoint_transaction, checkpoint_position)
+                    THEN %(xid)s::bigint ELSE checkpoint_transaction END,
+               CASE WHEN (%(xid)s::bigint, %(position)s::bigint)
+                         > (checkpoint_transaction, checkpoint_position)
+                    THEN %(position)s::bigint ELSE checkpoint_position END),
+    attempts = 0, last_error = '', failed_position = NULL,
+    handled = handled + %(handled)s, updated_at = now()
+WHERE id = %(id)s;
+
+-- name: fail
+-- A handler failed: keep what the batch got done, count the attempt, keep the error, and
+-- either back off or stop the partition.
+UPDATE pgmsg_subscription_partition
+SET checkpoint_transaction = %(xid)s, checkpoint_position = %(position)s,
+    handled = handled + %(handled)s,
+    attempts = CASE WHEN %(handled)s > 0 THEN 1 ELSE attempts + 1 END,
+    last_error = %(error)s, failed_position = %(failed_position)s,
+    status = CASE WHEN %(stop)s THEN 'stopped' ELSE 'active' END,
+    next_attempt_at = now() + make_interval(secs => %(delay)s),
+    updated_at = now()
+WHERE id = %(id)s;
+
+-- name: seconds_until_due
+-- How long until the next backed-off partition is due (NULL when none waits). Partitions
+-- due already are left out: another worker holds them, and counting them would spin.
+SELECT EXTRACT(EPOCH FROM min(next_attempt_at) - now())::float8
+FROM pgmsg_subscription_partition
+WHERE subscription = %(subscription)s AND partition = ANY(%(partitions)s::int[])
+  AND status = 'active' AND attempts > 0 AND next_attempt_at > now();
+
+-- name: reset
+-- Move partitions to a checkpoint (or to the horizon) and make them active. The UPDATE waits
+-- for a worker that holds a partition to commit its batch.
+UPDATE pgmsg_subscription_partition
+SET checkpoint_transaction = CASE WHEN %(to_end)s
+        THEN pg_snapshot_xmin(pg_current_snapshot())::text::bigint ELSE %(xid)s END,
+    checkpoint_position = CASE WHEN %(to_end)s THEN 0 ELSE %(position)s END,
+    status = 'active', attempts = 0, last_error = '', failed_position = NULL,
+    next_attempt_at = now(), updated_at = now()
+WHERE subscription = %(subscription)s AND partition = ANY(%(partitions)s::int[]);
+
+-- name: retry
+UPDATE pgmsg_subscription_partition
+SET status = 'active', attempts = 0, next_attempt_at = now(), updated_at = now()
+WHERE subscription = %(subscription)s AND partition = ANY(%(partitions)s::int[])
+  AND (status = 'stopped' OR attempts > 0);
+
+-- name: skip
+-- Pass over the failed event: the checkpoint moves to it (it counts as done).
+UPDATE pgmsg_subscription_partition AS p
+SET checkpoint_transaction = e.transaction_id::text::bigint, checkpoint_position = e.position,
+    status = 'active', attempts = 0, last_error = '', failed_position = NULL,
+    next_attempt_at = now(), updated_at = now()
+FROM pgmsg_event AS e
+WHERE p.subscription = %(subscription)s AND p.partition = ANY(%(partitions)s::int[])
+  AND (p.status = 'stopped' OR p.attempts > 0) AND e.position = p.failed_position;
+
+-- name: wake
+SELECT pg_notify('pgmsg', %(payload)s);
+
+-- name: partition_behind
+-- How far a partition is behind the head: its events stored after the checkpoint (at most
+-- %(cap)s are counted) and the oldest of their recording times. The filters are those of
+-- read_ordered in events.sql (category, types, the partition's hash bucket).
+SELECT count(*), min(recorded_at) FROM (
+    SELECT recorded_at FROM pgmsg_event
+    WHERE (transaction_id, position) > (%(xid)s::text::xid8, %(position)s::bigint)
+      AND (%(category)s::text IS NULL OR category = %(category)s::text)
+      AND (%(types)s::text[] IS NULL OR type = ANY(%(types)s::text[]))
+      AND (%(partitions)s::int = 1 OR abs(mod(hashtextextended(
+            CASE %(key_source)s::text
+                WHEN 'stream' THEN stream_name
+                WHEN 'data' THEN coalesce(data ->> %(key)s::text, '')
+                ELSE coalesce(metadata ->> %(key)s::text, '')
+            END, 0), %(partitions)s::int)) = %(partition)s::int)
+    ORDER BY transaction_id, position
+    LIMIT %(cap)s
+) AS behind;
+
+-- name: last_handled
+-- The partition's last event at or before its checkpoint (the last one handled or skipped).
+SELECT position, recorded_at FROM pgmsg_event
+WHERE (transaction_id, position) <= (%(xid)s::text::xid8, %(position)s::bigint)
+  AND (%(category)s::text IS NULL OR category = %(category)s::text)
+  AND (%(types)s::text[] IS NULL OR type = ANY(%(types)s::text[]))
+  AND (%(partitions)s::int = 1 OR abs(mod(hashtextextended(
+        CASE %(key_source)s::text
+            WHEN 'stream' THEN stream_name
+            WHEN 'data' THEN coalesce(data ->> %(key)s::text, '')
+            ELSE coalesce(metadata ->> %(key)s::text, '')
+        END, 0), %(partitions)s::int)) = %(partition)s::int)
+ORDER BY transaction_id DESC, position DESC
+LIMIT 1;

@@ -1,0 +1,1 @@
+"""The transactional inbox: declarations, receive(), the inbox source, operations, health."""

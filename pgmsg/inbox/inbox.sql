@@ -1,0 +1,255 @@
+-- name: receive
+-- Store one message unless its (inbox, message_id) is known; RETURNING gives no row for a
+-- duplicate. A concurrent receipt of the same id waits for the first to commit, then skips.
+INSERT INTO pgmsg_inbox_message (inbox, message_id, type, payload, source, aggregate_id, trace_id)
+VALUES (%(inbox)s, %(message_id)s, %(type)s, %(payload)s::jsonb, %(source)s, %(aggregate_id)s,
+        %(trace_id)s)
+ON CONFLICT (inbox, message_id) DO NOTHING
+RETURNING id;
+
+-- name: receive_many
+-- Store many messages in one statement; duplicates (stored before, or twice in this batch)
+-- are skipped. Returns the message ids that were stored, with their row ids. Rows go in in
+-- message id order: two batches that share ids, inserted concurrently in different orders,
+-- would each wait on the other's uncommitted index entry (a deadlock); in one order, one waits.
+INSERT INTO pgmsg_inbox_message (inbox, message_id, type, payload, source, aggregate_id, trace_id)
+SELECT %(inbox)s, m.message_id, m.type, m.payload::jsonb, m.source, m.aggregate_id, m.trace_id
+FROM unnest(%(message_ids)s::text[], %(types)s::text[], %(payloads)s::text[],
+            %(sources)s::text[], %(aggregate_ids)s::text[], %(trace_ids)s::text[])
+     WITH ORDINALITY AS m(message_id, type, payload, source, aggregate_id, trace_id, n)
+ORDER BY m.message_id, m.n
+ON CONFLICT (inbox, message_id) DO NOTHING
+RETURNING message_id, id;
+
+-- name: claim_unordered
+-- Lock up to %(limit)s due pending messages (with this transaction's id, for the batch's
+-- claim record), lowest priority number first (the inbox's map
+-- passed as two arrays; unmapped types last), then arrival order. Rows locked by another worker
+-- are skipped. %(parts)s/%(part)s select a static share by a stable hash of the aggregate id
+-- (the message id when there is none). %(null_aggregate_only)s: ordered inboxes handle
+-- messages without an aggregate here.
+SELECT m.id, m.message_id, m.type, m.source, m.aggregate_id, m.payload::text, m.trace_id,
+       m.attempts, m.received_at, pg_current_xact_id()::text::bigint
+FROM pgmsg_inbox_message AS m
+LEFT JOIN unnest(%(types)s::text[], %(priorities)s::int[]) AS p(type, priority)
+       ON p.type = m.type
+WHERE m.inbox = %(inbox)s AND m.status = 'pending' AND m.available_at <= now()
+  AND (NOT %(null_aggregate_only)s OR m.aggregate_id IS NULL)
+  AND (%(parts)s = 1
+       OR mod(hashtext(coalesce(m.aggregate_id, m.message_id))::bigint & 2147483647,
+              %(parts)s) = %(part)s)
+ORDER BY coalesce(p.priority, 2147483647), m.id
+LIMIT %(limit)s
+FOR UPDATE OF m SKIP LOCKED;
+
+-- name: claim_unordered_fifo
+-- claim_unordered for an inbox without a priority map: arrival order straight off the
+-- pgmsg_inbox_pending index, without sorting every pending message.
+SELECT m.id, m.message_id, m.type, m.source, m.aggregate_id, m.payload::text, m.trace_id,
+       m.attempts, m.received_at, pg_current_xact_id()::text::bigint
+FROM pgmsg_inbox_message AS m
+WHERE m.inbox = %(inbox)s AND m.status = 'pending' AND m.available_at <= now()
+  AND (NOT %(null_aggregate_only)s OR m.aggregate_id IS NULL)
+  AND (%(parts)s = 1
+       OR mod(hashtext(coalesce(m.aggregate_id, m.message_id))::bigint & 2147483647,
+              %(parts)s) = %(part)s)
+ORDER BY m.id
+LIMIT %(limit)s
+FOR UPDATE OF m SKIP LOCKED;
+
+-- name: ordered_heads
+-- Aggregates of an ordered inbox whose head (first pending-or-dead message in receipt order,
+-- (transaction_id, id)) is pending, due, and below the read horizon %(horizon)s (its receiving
+-- transaction, and every one that could still add an earlier message, has ended), by the
+-- head's priority then arrival. A dead or backing-off head holds its aggregate back.
+-- The recursive part walks the distinct open aggregates through the pgmsg_inbox_open_aggregate
+-- index (a skip scan: one probe per aggregate, not a read of every open message).
+WITH RECURSIVE aggregates AS (
+    (SELECT aggregate_id FROM pgmsg_inbox_message
+     WHERE inbox = %(inbox)s AND status IN ('pending', 'dead') AND aggregate_id IS NOT NULL
+     ORDER BY aggregate_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.aggregate_id FROM pgmsg_inbox_message AS m
+            WHERE m.inbox = %(inbox)s AND m.status IN ('pending', 'dead')
+              AND m.aggregate_id > a.aggregate_id
+            ORDER BY m.aggregate_id LIMIT 1)
+    FROM aggregates AS a WHERE a.aggregate_id IS NOT NULL
+)
+SELECT a.aggregate_id
+FROM aggregates AS a
+CROSS JOIN LATERAL (
+    SELECT id, type, status, available_at, transaction_id FROM pgmsg_inbox_message
+    WHERE inbox = %(inbox)s AND status IN ('pending', 'dead') AND aggregate_id = a.aggregate_id
+    ORDER BY transaction_id, id LIMIT 1
+) AS h
+LEFT JOIN unnest(%(types)s::text[], %(priorities)s::int[]) AS p(type, priority)
+       ON p.type = h.type
+WHERE a.aggregate_id IS NOT NULL AND h.status = 'pending' AND h.available_at <= now()
+  AND h.transaction_id < %(horizon)s::text::xid8
+  AND (%(parts)s = 1
+       OR mod(hashtext(a.aggregate_id)::bigint & 2147483647, %(parts)s) = %(part)s)
+ORDER BY coalesce(p.priority, 2147483647), h.id
+LIMIT %(limit)s;
+
+-- name: lock_aggregates
+-- Take the transaction-level advisory lock of up to %(limit)s aggregates that no other worker
+-- holds, in the given order. The scan stops at the limit (no sort, so no lock is taken for a
+-- row that is not returned). A hash collision only serialises two aggregates; it never lets
+-- two workers share one. The locks go at commit or when the session dies.
+SELECT a FROM unnest(%(aggregates)s::text[]) AS a
+WHERE pg_try_advisory_xact_lock(hashtext(%(inbox)s), hashtext(a))
+LIMIT %(limit)s;
+
+-- name: claim_ordered
+-- The first %(per_aggregate)s open messages of each locked aggregate, in receipt order
+-- (transaction_id, id); the caller stops an aggregate at its first dead, not-yet-due, failing
+-- or not-yet-settled message (transaction_id at or above the horizon: its transaction, or
+-- one that may still add an earlier message, was open when the horizon was read). Read after
+-- the advisory locks were taken, so a previous holder's commit is visible, and after the
+-- horizon, so every message below it is visible.
+SELECT m.id, m.message_id, m.type, m.source, m.aggregate_id, m.payload::text, m.trace_id,
+       m.attempts, m.received_at, m.status,
+       m.available_at <= now() AND m.transaction_id < %(horizon)s::text::xid8,
+       pg_current_xact_id()::text::bigint
+FROM unnest(%(aggregates)s::text[]) AS a(aggregate_id)
+CROSS JOIN LATERAL (
+    SELECT id, transaction_id FROM pgmsg_inbox_message
+    WHERE inbox = %(inbox)s AND status IN ('pending', 'dead') AND aggregate_id = a.aggregate_id
+    ORDER BY transaction_id, id LIMIT %(per_aggregate)s
+) AS r
+JOIN pgmsg_inbox_message AS m ON m.id = r.id
+WHERE m.status IN ('pending', 'dead')
+ORDER BY m.aggregate_id, m.transaction_id, m.id
+FOR UPDATE OF m;
+
+-- name: ack
+-- Processed: marked in the transaction that ran the handlers.
+UPDATE pgmsg_inbox_message SET status = 'processed', processed_at = now()
+WHERE id = ANY(%(ids)s);
+
+-- name: fail
+-- Failed: count the attempt, keep the error, and either schedule the retry or make it dead.
+UPDATE pgmsg_inbox_message AS m
+SET attempts = m.attempts + 1,
+    last_error = f.error,
+    last_failed_at = now(),
+    status = CASE WHEN f.dead THEN 'dead' ELSE 'pending' END,
+    available_at = now() + make_interval(secs => f.delay)
+FROM unnest(%(ids)s::bigint[], %(errors)s::text[], %(delays)s::float8[], %(dead)s::bool[])
+     AS f(id, error, delay, dead)
+WHERE m.id = f.id;
+
+-- name: seconds_until_due
+-- How long until the next backed-off message of this inbox is due (NULL when none waits).
+-- Rows already due are not counted: they are either being handled or held behind a dead
+-- head, and waiting for them would spin.
+SELECT EXTRACT(EPOCH FROM min(available_at) - now())::float8
+FROM pgmsg_inbox_message
+WHERE inbox = %(inbox)s AND status = 'pending' AND available_at > now();
+
+-- name: replay
+-- Make dead (or retrying) messages due now with fresh attempts, and wake the workers.
+WITH replayed AS (
+    UPDATE pgmsg_inbox_message
+    SET status = 'pending', attempts = 0, available_at = now()
+    WHERE inbox = %(inbox)s
+      AND (id = ANY(%(ids)s::bigint[]) OR type = %(type)s)
+      AND (status = 'dead' OR (status = 'pending' AND attempts > 0))
+    RETURNING id
+), woken AS (
+    SELECT pg_notify('pgmsg', 'inbox:' || %(inbox)s) WHERE EXISTS (SELECT FROM replayed)
+)
+SELECT (SELECT count(*) FROM replayed), (SELECT count(*) FROM woken);
+
+-- name: discard
+-- Settle dead or pending messages without handling them, keeping why; an ordered aggregate
+-- held back by a discarded head moves on, so the workers are woken.
+WITH discarded AS (
+    UPDATE pgmsg_inbox_message
+    SET status = 'discarded', discarded_at = now(), discard_reason = %(reason)s
+    WHERE inbox = %(inbox)s
+      AND (id = ANY(%(ids)s::bigint[]) OR type = %(type)s)
+      AND status IN ('dead', 'pending')
+    RETURNING id
+), woken AS (
+    SELECT pg_notify('pgmsg', 'inbox:' || %(inbox)s) WHERE EXISTS (SELECT FROM discarded)
+)
+SELECT (SELECT count(*) FROM discarded), (SELECT count(*) FROM woken);
+
+-- name: purge_processed
+-- Retention: delete up to %(limit)s processed messages older than %(seconds)s. Rows another
+-- session holds are skipped, so concurrent purges do not queue behind each other.
+DELETE FROM pgmsg_inbox_message
+WHERE id IN (
+    SELECT id FROM pgmsg_inbox_message
+    WHERE inbox = ANY(%(inboxes)s::text[]) AND status = 'processed'
+      AND processed_at < now() - make_interval(secs => %(seconds)s)
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: purge_dead
+-- Retention: delete up to %(limit)s dead or discarded messages whose last change is older than
+-- %(seconds)s. A dead head of an ordered inbox that still holds messages back is kept: deleting
+-- it would silently let its aggregate move on.
+DELETE FROM pgmsg_inbox_message
+WHERE id IN (
+    SELECT d.id FROM pgmsg_inbox_message AS d
+    WHERE d.inbox = ANY(%(inboxes)s::text[]) AND d.status IN ('dead', 'discarded')
+      AND greatest(d.received_at, d.last_failed_at, d.discarded_at)
+          < now() - make_interval(secs => %(seconds)s)
+      AND NOT (d.status = 'dead' AND d.inbox = ANY(%(ordered)s::text[])
+               AND d.aggregate_id IS NOT NULL
+               AND EXISTS (SELECT FROM pgmsg_inbox_message AS b
+                           WHERE b.inbox = d.inbox AND b.aggregate_id = d.aggregate_id
+                             AND (b.transaction_id, b.id) > (d.transaction_id, d.id)
+                             AND b.status = 'pending'))
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: health
+-- Per inbox: pending, dead, age of the oldest pending message, processed in the last minute.
+-- One indexed subquery each, so the processed rows kept for retention are not read.
+SELECT i.inbox,
+       (SELECT count(*) FROM pgmsg_inbox_message
+        WHERE inbox = i.inbox AND status = 'pending'),
+       (SELECT count(*) FROM pgmsg_inbox_message
+        WHERE inbox = i.inbox AND status = 'dead'),
+       coalesce(EXTRACT(EPOCH FROM now() - (SELECT min(received_at) FROM pgmsg_inbox_message
+                                            WHERE inbox = i.inbox AND status = 'pending')),
+                0)::float8,
+       (SELECT count(*) FROM pgmsg_inbox_message
+        WHERE inbox = i.inbox AND status = 'processed'
+          AND processed_at >= now() - interval '1 minute')
+FROM unnest(%(inboxes)s::text[]) AS i(inbox);
+
+-- name: stats
+-- Per message type of one inbox: messages held (received and not yet purged), and by status.
+SELECT type,
+       count(*),
+       count(*) FILTER (WHERE status = 'processed'),
+       count(*) FILTER (WHERE status = 'pending'),
+       count(*) FILTER (WHERE status = 'dead'),
+       count(*) FILTER (WHERE status = 'discarded')
+FROM pgmsg_inbox_message
+WHERE inbox = %(inbox)s
+GROUP BY type
+ORDER BY type;
+
+-- name: gaps
+-- Ordered inboxes: aggregates whose head failed (dead, or pending after failures), with how
+-- many messages wait behind it.
+SELECT h.aggregate_id, h.id, h.message_id, h.type, h.status, h.attempts, h.last_error,
+       (SELECT count(*) FROM pgmsg_inbox_message AS b
+        WHERE b.inbox = %(inbox)s AND b.aggregate_id = h.aggregate_id
+          AND (b.transaction_id, b.id) > (h.transaction_id, h.id) AND b.status = 'pending')
+FROM (
+    SELECT DISTINCT ON (aggregate_id) aggregate_id, id, message_id, type, status, attempts,
+           last_error, transaction_id
+    FROM pgmsg_inbox_message
+    WHERE inbox = %(inbox)s AND status IN ('pending', 'dead') AND aggregate_id IS NOT NULL
+    ORDER BY aggregate_id, transaction_id, id
+) AS h
+WHERE h.status = 'dead' OR h.attempts > 0
+ORDER BY h.id;

@@ -1,0 +1,90 @@
+-- The statements of an inbox over a project's own model. Besides %(parameters)s they take
+-- {identifiers} and {fragments}, composed with psycopg.sql by pgmsg/inbox/model_inbox.py:
+-- {table}, {pk}, {key} (the id field's column), {mark} (the processed field's column),
+-- {unprocessed} (unprocessed_null or unprocessed_false), {set_mark} (mark_now or mark_true),
+-- {partition_key} (partition_by_key or partition_by_aggregate).
+
+-- name: claim
+-- Due unprocessed rows in primary-key order; rows another worker holds are skipped. A row is
+-- not claimable while its failure record (pgmsg_inbox_message of (inbox, key)) is dead,
+-- discarded, or backing off; the record's attempts count the failures so far.
+SELECT t.{pk}, CASE WHEN f.status = 'pending' THEN f.attempts ELSE 0 END
+FROM {table} AS t
+LEFT JOIN pgmsg_inbox_message AS f ON f.inbox = %(inbox)s AND f.message_id = t.{key}::text
+WHERE {unprocessed}
+  AND NOT EXISTS (
+      SELECT FROM pgmsg_inbox_message AS s
+      WHERE s.inbox = %(inbox)s AND s.message_id = t.{key}::text
+        AND (s.status IN ('dead', 'discarded')
+             OR (s.status = 'pending' AND s.available_at > now())))
+  AND (%(parts)s = 1 OR mod(hashtext({partition_key})::bigint & 2147483647, %(parts)s) = %(part)s)
+ORDER BY t.{pk}
+LIMIT %(limit)s
+FOR UPDATE OF t SKIP LOCKED;
+
+-- name: ack
+-- Mark handled rows processed, in the transaction that ran their handlers.
+UPDATE {table} SET {mark} = {set_mark} WHERE {pk} = ANY(%(pks)s);
+
+-- name: pending
+-- For health: unprocessed rows that are not dead or discarded.
+SELECT count(*) FROM {table} AS t
+WHERE {unprocessed}
+  AND NOT EXISTS (SELECT FROM pgmsg_inbox_message AS f
+                  WHERE f.inbox = %(inbox)s AND f.message_id = t.{key}::text
+                    AND f.status IN ('dead', 'discarded'));
+
+-- name: processed_last_minute
+-- For health: rows processed in the last minute (only a timestamp mark can tell).
+SELECT count(*) FROM {table} AS t WHERE t.{mark} >= now() - interval '1 minute';
+
+-- name: unprocessed_null
+-- Fragment: a nullable DateTimeField mark.
+t.{mark} IS NULL
+
+-- name: unprocessed_false
+-- Fragment: a BooleanField mark.
+t.{mark} IS NOT TRUE
+
+-- name: mark_now
+-- Fragment.
+now()
+
+-- name: mark_true
+-- Fragment.
+true
+
+-- name: partition_by_key
+-- Fragment: the static share of a row, by its id field.
+t.{key}::text
+
+-- name: partition_by_aggregate
+-- Fragment: the static share of a row, by its aggregate field (its id field when NULL).
+coalesce(t.{aggregate}::text, t.{key}::text)
+
+-- name: record_failures
+-- A failure record is the pgmsg_inbox_message row of (inbox, message_id); its status says
+-- whether the model row may be claimed: pending and due, or (no record) never failed.
+INSERT INTO pgmsg_inbox_message AS m (inbox, message_id, type, aggregate_id, payload, attempts,
+                                      last_error, last_failed_at, status, available_at)
+SELECT %(inbox)s, f.message_id, f.type, f.aggregate_id, f.ref::jsonb, 1, f.error, now(),
+       CASE WHEN f.dead THEN 'dead' ELSE 'pending' END, now() + make_interval(secs => f.delay)
+FROM unnest(%(message_ids)s::text[], %(types)s::text[], %(aggregates)s::text[],
+            %(refs)s::text[], %(errors)s::text[], %(delays)s::float8[], %(dead)s::bool[])
+     AS f(message_id, type, aggregate_id, ref, error, delay, dead)
+ON CONFLICT (inbox, message_id) DO UPDATE
+SET attempts = CASE WHEN m.status = 'pending' THEN m.attempts + 1 ELSE 1 END,
+    last_error = EXCLUDED.last_error, last_failed_at = now(),
+    status = EXCLUDED.status, available_at = EXCLUDED.available_at;
+
+-- name: ack_records
+-- Close the failure records of rows handled now.
+UPDATE pgmsg_inbox_message SET status = 'processed', processed_at = now()
+WHERE inbox = %(inbox)s AND message_id = ANY(%(message_ids)s::text[]) AND status = 'pending';
+
+-- name: seconds_until_due
+-- How long until the next failed row's retry is due (NULL when none waits). Due records are
+-- left out: a record whose row is gone must not keep the worker awake.
+SELECT EXTRACT(EPOCH FROM min(available_at) - now())::float8
+FROM pgmsg_inbox_message
+WHERE inbox = %(inbox)s AND status = 'pending' AND available_at > now();

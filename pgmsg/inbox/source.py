@@ -1,0 +1,234 @@
+"""The worker's source for an inbox: claim (ordered or not), handle, acknowledge, retry."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from typing import Any
+
+from django.db import connections, transaction
+
+from pgmsg.core import batch, claims, conf, errors, horizon, sources, sql
+from pgmsg.core.sources import Worker
+from pgmsg.inbox import declarations as inbox
+from pgmsg.inbox import operations
+
+QUERIES = sql.load(__package__, "inbox.sql")
+
+
+def message_from_row(inbox_name: str, row: tuple) -> inbox.InboxMessage:
+    """An InboxMessage from a claim row (the columns every claim query returns, in order)."""
+    id_, message_id, type_, source, aggregate_id, text, trace_id, attempts, received_at = row
+    return inbox.InboxMessage(
+        id=id_,
+        inbox=inbox_name,
+        message_id=message_id,
+        type=type_,
+        source=source,
+        aggregate_id=aggregate_id,
+        payload=json.loads(text),
+        trace_id=trace_id,
+        attempts=attempts,
+        received_at=received_at,
+    )
+
+
+class InboxSource:
+    """One inbox, drained by the listen worker (see pgmsg/core/worker.py for the loop)."""
+
+    def __init__(self, spec: inbox.Inbox, partition: tuple[int, int] | None = None) -> None:
+        self.inbox = spec
+        self.label = inbox.WAKE_PREFIX + spec.name
+        self.part, self.parts = partition or (0, 1)
+        if self.parts > 1:
+            self.label += f" (share {self.part}/{self.parts})"
+        self._wake = inbox.WAKE_PREFIX + spec.name
+        self.wake_payloads = [self._wake]
+        self._types = list(spec.priorities)
+        self._priorities = [spec.priorities[t] for t in self._types]
+        self._next_retention = 0.0
+
+    def wants(self, wake_payload: str) -> bool:
+        return wake_payload == self._wake
+
+    def seconds_until_due(self, worker: Worker) -> float | None:
+        return sources.query_value(worker, QUERIES["seconds_until_due"], {"inbox": self.inbox.name})
+
+    def process_batch(self, worker: Worker) -> int:
+        self._maybe_run_retention()
+        db = worker.database
+        # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
+        own_transaction = not connections[db].in_atomic_block
+        params = {
+            "inbox": self.inbox.name,
+            "types": self._types,
+            "priorities": self._priorities,
+            "part": self.part,
+            "parts": self.parts,
+        }
+        outcome: batch.BatchResult[inbox.InboxMessage] = batch.BatchResult()
+        with transaction.atomic(using=db), connections[db].cursor() as cursor:
+            ordered, unordered, claimed, more, xid = [], [], 0, False, None
+            if self.inbox.ordered:
+                ordered, claimed, more, xid = self._claim_ordered(worker, cursor, params)
+            # Messages without an aggregate id (in an ordered inbox too) have no order to keep;
+            # a quarter batch is kept for them so that a backlog of aggregates cannot starve them.
+            room = max(worker.batch_size - claimed, math.ceil(worker.batch_size / 4))
+            if not worker.stopping:
+                claim = "claim_unordered" if self._types else "claim_unordered_fifo"
+                cursor.execute(
+                    QUERIES[claim],
+                    {**params, "limit": room, "null_aggregate_only": self.inbox.ordered},
+                )
+                rows = cursor.fetchall()
+                claimed += len(rows)
+                unordered = [message_from_row(self.inbox.name, r[:-1]) for r in rows]
+                xid = rows[0][-1] if rows else xid
+            verdicts, suspect = [], None
+            if (ordered or unordered) and own_transaction:
+                ordered, unordered, verdicts, suspect = self._record(
+                    worker, cursor, ordered, unordered, xid
+                )
+            # A failure holds back the rest of its aggregate.
+            self._run(worker, ordered, outcome, group=lambda message: message.aggregate_id)
+            if not worker.stopping:
+                self._run(worker, unordered, outcome)
+            self._settle(cursor, outcome, verdicts)
+            if suspect is not None and (
+                verdicts
+                or suspect in outcome.done
+                or any(message is suspect for message, _ in outcome.failed)
+            ):
+                claims.forget(cursor, "inbox", suspect.id)
+        worker.handled += len(outcome.done)
+        return worker.batch_size if more or suspect is not None else claimed
+
+    def _record(self, worker, cursor, ordered, unordered, xid):
+        """Record the batch's claim outside its transaction (see pgmsg/core/claims.py); if
+        some of its messages were in batches that died, keep only one suspect, alone.
+
+        Returns (ordered to run, unordered to run, [(message, dead Failure)], the suspect).
+        """
+        crashes = claims.record_and_count(worker, "inbox", [m.id for m in ordered + unordered], xid)
+        if not crashes:
+            return ordered, unordered, [], None
+        first = next(m for m in ordered + unordered if m.id in crashes)
+        if first in ordered:  # its aggregate's first runnable message goes first
+            first = next(m for m in ordered if m.aggregate_id == first.aggregate_id)
+        count = crashes.get(first.id, 0)
+        suspect = dataclasses.replace(first, attempts=first.attempts + count)
+        verdict = None
+        if count:
+            verdict = claims.died_too_often(
+                _delivery(suspect), crashes=count, max_attempts=self.inbox.max_attempts
+            )
+        claims.narrow(worker, "inbox", [] if verdict else [suspect.id], xid)
+        if verdict is not None:
+            return [], [], [(suspect, verdict)], suspect
+        if first in ordered:
+            return [suspect], [], [], suspect
+        return [], [suspect], [], suspect
+
+    def _claim_ordered(self, worker, cursor, params):
+        """Claim the heads (and what follows) of aggregates that no other worker holds.
+
+        Returns (messages that may run now, in order; rows claimed; whether a locked
+        aggregate may have more due now; this transaction's id or None).
+        """
+        # Take a quarter batch of aggregates, up to four messages each (more when fewer are
+        # free), so that other workers find aggregates to take too; look past the first
+        # heads so that they can find the ones this worker does not hold.
+        # First, in its own statement: messages below the horizon are visible to the later ones.
+        params = {**params, "horizon": horizon.horizon(cursor)}
+        cursor.execute(QUERIES["ordered_heads"], {**params, "limit": 4 * worker.batch_size})
+        heads = [row[0] for row in cursor.fetchall()]
+        if not heads:
+            return [], 0, False, None
+        lock_limit = math.ceil(worker.batch_size / 4)
+        cursor.execute(
+            QUERIES["lock_aggregates"],
+            {"inbox": self.inbox.name, "aggregates": heads, "limit": lock_limit},
+        )
+        mine = [row[0] for row in cursor.fetchall()]
+        if not mine:
+            return [], 0, False, None
+        # Due aggregates left for lack of room (not because another worker holds them).
+        more = len(mine) == lock_limit and len(heads) > lock_limit
+        per_aggregate = max(1, math.ceil(worker.batch_size / len(mine)))
+        cursor.execute(
+            QUERIES["claim_ordered"],
+            {
+                "inbox": self.inbox.name,
+                "aggregates": mine,
+                "per_aggregate": per_aggregate,
+                "horizon": params["horizon"],
+            },
+        )
+        rows = cursor.fetchall()
+        # Per aggregate, what may run now: the messages before the first dead or backing-off one.
+        runnable, stopped, fetched = [], set(), {}
+        for *row, status, due, _xid in rows:
+            message = message_from_row(self.inbox.name, row)
+            aggregate = message.aggregate_id
+            fetched[aggregate] = fetched.get(aggregate, 0) + 1
+            if aggregate in stopped or status != "pending" or not due:
+                stopped.add(aggregate)
+            else:
+                runnable.append(message)
+        more = more or any(n >= per_aggregate for a, n in fetched.items() if a not in stopped)
+        return runnable, len(rows), more, rows[-1][-1] if rows else None
+
+    def _run(self, worker, messages, outcome, *, group=None) -> None:
+        result = batch.run_batch(
+            worker, messages, delivery=_delivery, handle=self._call, group=group
+        )
+        outcome.done.extend(result.done)
+        outcome.failed.extend(result.failed)
+
+    def _call(self, message: inbox.InboxMessage) -> None:
+        func = inbox.registry.handlers.get((self.inbox.name, message.type))
+        if func is None:
+            raise errors.UnknownMessageType(
+                f"inbox {self.inbox.name!r} has no handler for message type {message.type!r}; "
+                f"handled types: {inbox.registry.types(self.inbox.name)}"
+            )
+        func(message)
+
+    def _failure(self, message: inbox.InboxMessage, exc: Exception) -> batch.Failure:
+        return batch.failure(_delivery(message), exc, max_attempts=self.inbox.max_attempts)
+
+    def _settle(self, cursor, outcome: batch.BatchResult[inbox.InboxMessage], verdicts) -> None:
+        """Acknowledge what was handled and record what failed, in the claim transaction.
+
+        ``verdicts``: (message, Failure) decided without running (a worker died too often)."""
+        if outcome.done:
+            cursor.execute(QUERIES["ack"], {"ids": [m.id for m in outcome.done]})
+        failures = [*verdicts, *((m, self._failure(m, exc)) for m, exc in outcome.failed)]
+        if failures:
+            cursor.execute(QUERIES["fail"], _failure_params(failures))
+
+    def _failure_params(self, failed) -> dict[str, Any]:
+        """Parameters of the fail statement for (message, exception) pairs."""
+        return _failure_params([(m, self._failure(m, exc)) for m, exc in failed])
+
+    def _maybe_run_retention(self) -> None:
+        now = time.monotonic()
+        if now < self._next_retention:
+            return
+        self._next_retention = now + conf.get().INBOX_RETENTION_INTERVAL
+        operations.purge([self.inbox.name], chunks=1)
+
+
+def _failure_params(failures: list[tuple[inbox.InboxMessage, batch.Failure]]) -> dict[str, Any]:
+    return {
+        "ids": [m.id for m, _ in failures],
+        "errors": [f.error for _, f in failures],
+        "delays": [f.retry_in for _, f in failures],
+        "dead": [f.give_up for _, f in failures],
+    }
+
+
+def _delivery(message: inbox.InboxMessage) -> batch.Delivery:
+    return batch.Delivery("inbox", message.id, message.inbox, message.attempts)

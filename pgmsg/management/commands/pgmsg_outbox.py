@@ -1,0 +1,101 @@
+"""manage.py pgmsg_outbox list|status|replay|discard: operate the outboxes.
+
+The verbs are those of pgmsg_deadletters, pgmsg_inbox and pgmsg_subscriptions
+(docs/operations.md); each maps onto pgmsg.outbox.operations.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from pgmsg.core import errors
+from pgmsg.outbox import operations as outbox_ops
+
+
+class Command(BaseCommand):
+    help = (
+        "Outbox status (exits 1 when an outbox is degraded) and dead letters: list, replay, "
+        "discard (by message row id, or all of --outbox NAME)."
+    )
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(
+            dest="action", required=True, metavar="{list,status,replay,discard}"
+        )
+        for verb, text in (
+            ("list", "show dead messages (all, or those named)"),
+            ("replay", "make dead (or retrying) messages due now with a fresh attempt count"),
+            ("discard", "delete messages for good, unpublished; their keys move on"),
+        ):
+            action = sub.add_parser(verb, help=text)
+            action.add_argument("ids", nargs="*", type=int, help="outbox message row ids")
+            action.add_argument("--outbox", help="every dead message of this outbox")
+            if verb == "discard":
+                action.add_argument("--reason", default="", help="logged with the ids")
+        for verb in ("status", "health"):
+            status = sub.add_parser(
+                verb,
+                help="backlog, lag, dead letters, relays; healthy or degraded (exit status 1)",
+            )
+            status.add_argument("--outbox", help="only this outbox")
+            status.add_argument("--json", action="store_true", help="JSON instead of text")
+
+    def handle(self, *args, action, **options):
+        try:
+            if action in ("status", "health"):
+                self._status(**options)
+            else:
+                getattr(self, f"_{action}")(**options)
+        except errors.PgmsgError as exc:
+            raise CommandError(str(exc))
+
+    def _list(self, ids, outbox, **options):
+        rows = outbox_ops.dead_letters(outbox)
+        for row in rows.filter(id__in=ids) if ids else rows:
+            error = (row.last_error.strip().splitlines() or [""])[-1]
+            self.stdout.write(
+                f"{row.id}\t{row.outbox}\t{row.message_id}\t{row.type}\t"
+                f"key={row.key or ''}\tattempts={row.attempts}\t{error}"
+            )
+
+    def _replay(self, ids, outbox, **options):
+        _need_selection("replay", ids, outbox)
+        count = outbox_ops.replay(ids or None, outbox=outbox)
+        self.stdout.write(self.style.SUCCESS(f"replay: {count} message(s)"))
+
+    def _discard(self, ids, outbox, reason, **options):
+        _need_selection("discard", ids, outbox)
+        count = outbox_ops.discard(ids or None, outbox=outbox, reason=reason)
+        self.stdout.write(self.style.SUCCESS(f"discard: {count} message(s)"))
+
+    def _status(self, outbox, json, **options):
+        rows = outbox_ops.health([outbox] if outbox else None)
+        degraded = [h.outbox for h in rows if h.status == outbox_ops.DEGRADED]
+        if json:
+            data = {
+                "status": outbox_ops.DEGRADED if degraded else outbox_ops.HEALTHY,
+                "outboxes": {h.outbox: h.as_dict() for h in rows},
+            }
+            self.stdout.write(_json(data))
+        else:
+            for h in rows:
+                style = self.style.ERROR if h.status == outbox_ops.DEGRADED else self.style.SUCCESS
+                self.stdout.write(
+                    f"{h.outbox}\t{style(h.status)}\tdestination={h.destination}\t"
+                    f"pending={h.pending}\tdead={h.dead}\tlag={h.oldest_pending_age:.1f}s\t"
+                    f"relayed={len(h.relayed_partitions)}/{h.partitions}"
+                    + (f"\t({'; '.join(h.reasons)})" if h.reasons else "")
+                )
+        if degraded:
+            raise CommandError(f"degraded: {', '.join(degraded)}", returncode=1)
+
+
+def _need_selection(verb: str, ids, outbox) -> None:
+    if not ids and not outbox:
+        raise CommandError(f"{verb}: give outbox message ids or --outbox NAME")
+
+
+def _json(data) -> str:
+    return json.dumps(data, indent=2, sort_keys=True)

@@ -1,0 +1,32 @@
+"""Batch claims recorded outside the batch's transaction, so that a crash leaves a trace."""
+
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models.functions import Now
+
+
+class Claim(models.Model):
+    """The rows one batch transaction ran, written (autocommit) before its handlers start.
+
+    A claim whose transaction committed is garbage (deleted by the next record). One whose
+    transaction aborted is a batch that died with its worker process: each of its ids counts
+    one crash (see pgmsg/core/claims.py).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    #: What kind of row the ids name: "notification", ...
+    kind = models.CharField(max_length=20)
+    ids = ArrayField(models.BigIntegerField())
+    #: The claiming transaction's id (xid8 as a number), for pg_xact_status().
+    transaction_id = models.BigIntegerField()
+    #: The worker's process id, for people reading the table.
+    pid = models.IntegerField()
+    claimed_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        db_table = "pgmsg_claim"
+
+    def __str__(self) -> str:
+        return f"{self.kind} claim of {len(self.ids)} by pid {self.pid}"

@@ -1,0 +1,2 @@
+"""The transactional outbox: publish(), destinations (one module per broker), the relay,
+dead letters and health."""

@@ -1,0 +1,145 @@
+"""Operating outboxes: dead letters (list, replay, discard) and health."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable
+
+from django.db import connections, transaction
+
+from pgmsg.core import conf, errors, sql
+from pgmsg.outbox import declarations
+
+logger = logging.getLogger(__name__)
+
+QUERIES = sql.load(__package__, "outbox.sql")
+
+HEALTHY = "healthy"
+DEGRADED = "degraded"
+
+
+def dead_letters(outbox: str | None = None):
+    """Dead outbox messages, oldest first, optionally of one outbox (a queryset)."""
+    from pgmsg.models import OutboxMessage  # models load after this module (app registry)
+
+    rows = OutboxMessage.objects.using(conf.get().DATABASE).filter(status="dead")
+    if outbox is not None:
+        rows = rows.filter(outbox=outbox)
+    return rows.order_by("id")
+
+
+def replay(ids: Iterable[int] | None = None, *, outbox: str | None = None) -> int:
+    """Make dead (or retrying) messages due now with a fresh attempt count: by ``ids``, or
+    every dead letter of ``outbox``. Returns how many; relays are woken at commit."""
+    id_list = _select(ids, outbox)
+    with transaction.atomic(using=conf.get().DATABASE):
+        with connections[conf.get().DATABASE].cursor() as cursor:
+            cursor.execute(QUERIES["replay"], {"ids": id_list})
+            count = cursor.fetchone()[0]
+    logger.info("pgmsg: replayed %s outbox message(s)", count)
+    return count
+
+
+def discard(
+    ids: Iterable[int] | None = None, *, outbox: str | None = None, reason: str = ""
+) -> int:
+    """Delete dead or pending messages for good, unpublished: by ``ids``, or every dead
+    letter of ``outbox``. A key held back by a discarded message moves on.
+
+    The rows are gone afterwards: the log line (ids, and ``reason``, e.g. who asked) is the
+    record of what was discarded.
+    """
+    id_list = _select(ids, outbox)
+    with transaction.atomic(using=conf.get().DATABASE):
+        with connections[conf.get().DATABASE].cursor() as cursor:
+            cursor.execute(QUERIES["discard"], {"ids": id_list})
+            count = cursor.fetchone()[0]
+    logger.warning(
+        "pgmsg: discarded %s outbox message(s) of ids %s%s",
+        count,
+        id_list,
+        f": {reason}" if reason else "",
+    )
+    return count
+
+
+def _select(ids: Iterable[int] | None, outbox: str | None) -> list[int]:
+    if ids is not None:
+        return [int(i) for i in ids]
+    if outbox is None:
+        raise errors.InvalidOutboxMessage("name the messages: ids=[...] or outbox=...")
+    return list(dead_letters(outbox).values_list("id", flat=True))
+
+
+@dataclasses.dataclass(frozen=True)
+class OutboxHealth:
+    outbox: str
+    destination: str
+    pending: int
+    dead: int
+    #: Seconds since the oldest pending message was written (0 when none is pending): the lag.
+    oldest_pending_age: float
+    partitions: int
+    #: Partitions a relay holds now.
+    relayed_partitions: tuple[int, ...]
+    status: str
+    reasons: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["reasons"] = list(self.reasons)
+        data["relayed_partitions"] = list(self.relayed_partitions)
+        data["oldest_pending_age"] = round(self.oldest_pending_age, 3)
+        return data
+
+
+def health(names: Iterable[str] | None = None) -> list[OutboxHealth]:
+    """Health of the named outboxes (default: every declared one), sorted by name.
+
+    Degraded when a message is dead, the oldest pending message is PGMSG OUTBOX_DEGRADED_AGE
+    seconds old or more, or messages are pending while no relay holds some partition.
+    """
+    registry = declarations.registry
+    wanted = sorted(registry.outboxes) if names is None else sorted(set(names))
+    for name in wanted:
+        registry.get(name)
+    settings = conf.get()
+    with connections[settings.DATABASE].cursor() as cursor:
+        cursor.execute(QUERIES["health"], {"outboxes": wanted})
+        found = {row[0]: row[1:] for row in cursor.fetchall()}
+    result = []
+    for name in wanted:
+        spec = registry.get(name)
+        pending, dead, age, held = found[name]
+        held = tuple(p for p in held if p < spec.partitions)
+        reasons = []
+        if dead:
+            reasons.append(f"{dead} dead")
+        if age >= settings.OUTBOX_DEGRADED_AGE:
+            reasons.append(
+                f"oldest pending is {age:.0f}s old (threshold {settings.OUTBOX_DEGRADED_AGE:g}s)"
+            )
+        if pending and len(held) < spec.partitions:
+            reasons.append(
+                f"{pending} pending and no relay holds partition(s) "
+                f"{sorted(set(range(spec.partitions)) - set(held))}"
+            )
+        result.append(
+            OutboxHealth(
+                outbox=name,
+                destination=spec.destination,
+                pending=pending,
+                dead=dead,
+                oldest_pending_age=age,
+                partitions=spec.partitions,
+                relayed_partitions=held,
+                status=DEGRADED if reasons else HEALTHY,
+                reasons=tuple(reasons),
+            )
+        )
+    return result
+
+
+#: health() under the name pgmsg exports it as.
+outbox_health = health

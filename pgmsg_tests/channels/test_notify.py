@@ -1,0 +1,133 @@
+"""notify() in the caller's transaction; delivery to listeners by an in-process worker."""
+
+import datetime as dt
+import uuid
+from decimal import Decimal
+
+import pytest
+from django.db import connection, transaction
+
+import pgmsg
+from pgmsg.core import errors
+from pgmsg.models import Notification
+from pgmsg_tests.helpers import drain, effect_counts
+from pgmsg_tests.testapp.channels import Colour, Shout, Typed, Unheard, Work
+from pgmsg_tests.testapp.models import Effect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_committed_messages_are_delivered_once_to_every_listener():
+    with transaction.atomic():
+        for i in range(5):
+            pgmsg.notify(Work(key=f"k{i}"))
+    drain()
+    assert effect_counts() == {f"k{i}": 1 for i in range(5)}
+    assert effect_counts(listener="second_listener") == {f"k{i}": 1 for i in range(5)}
+    assert Notification.objects.count() == 0
+
+
+def test_a_rolled_back_notify_is_never_delivered():
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), transaction.atomic():
+        pgmsg.notify(Work(key="ghost"))
+        raise Boom
+    pgmsg.notify(Work(key="real"))
+    drain()
+    assert effect_counts() == {"real": 1}
+    assert Notification.objects.count() == 0
+
+
+def test_notify_many_stores_all_in_one_statement():
+    assert pgmsg.notify_many(Work(key=f"m{i}") for i in range(250)) == 250
+    drain(batch_size=40)
+    assert effect_counts() == {f"m{i}": 1 for i in range(250)}
+
+
+def test_payloads_far_above_8000_bytes_work_on_exactly_once_channels():
+    big = "x" * 100_000
+    pgmsg.notify(Work(key=big))
+    drain()
+    assert effect_counts() == {big: 1}
+
+
+def test_typed_fields_reach_the_listener_as_their_types():
+    ident = uuid.uuid4()
+    pgmsg.notify(
+        Typed(
+            when=dt.datetime(2026, 5, 6, 7, 8, 9, tzinfo=dt.UTC),
+            day=dt.date(2026, 5, 6),
+            amount=Decimal("0.10"),
+            ident=ident,
+            colour=Colour.RED,
+            tags=["t"],
+            extra={"a": 2},
+        )
+    )
+    drain()
+    data = Effect.objects.get(channel="test.typed").data
+    assert data["types"] == ["datetime", "Decimal", "UUID", "Colour"]
+    assert data["when"] == "2026-05-06T07:08:09+00:00"
+    assert data["amount"] == "0.10"
+    assert data["extra"] == {"a": 2}
+
+
+def test_rows_of_channels_without_listeners_are_left_alone():
+    pgmsg.notify(Unheard(key="nobody"))
+    pgmsg.notify(Work(key="somebody"))
+    drain()
+    assert list(Notification.objects.values_list("channel", flat=True)) == ["test.unheard"]
+
+
+def test_worker_serves_only_the_channels_named():
+    pgmsg.notify(Work(key="w"))
+    pgmsg.notify(
+        Typed(
+            when=dt.datetime.now(dt.UTC),
+            day=dt.date.today(),
+            amount=Decimal(1),
+            ident=uuid.uuid4(),
+            colour=Colour.RED,
+            tags=[],
+            extra={},
+        )
+    )
+    drain("test.typed")
+    assert Effect.objects.filter(channel="test.typed").count() == 1
+    assert list(Notification.objects.values_list("channel", flat=True)) == ["test.work"]
+
+
+def test_unknown_or_unlistened_channel_names_are_refused_by_the_worker():
+    with pytest.raises(errors.UnknownChannel, match="no channel named 'nope'"):
+        drain("nope")
+    with pytest.raises(errors.ConfigurationError, match="has no listener"):
+        drain("test.unheard")
+
+
+def test_a_broadcast_above_the_notify_limit_is_refused_and_nothing_is_sent():
+    with pytest.raises(errors.PayloadTooLarge, match="at most 7999"):
+        pgmsg.notify(Shout(text="y" * 8000))
+
+
+def test_a_broadcast_is_a_plain_notify_at_commit():
+    with connection.cursor() as cursor:
+        cursor.execute('LISTEN "pgmsg:test.shout"')
+    with transaction.atomic():
+        assert pgmsg.notify(Shout(text="hello")) is None
+    # The test connection listened; psycopg hands us the notification after the commit.
+    notifies = list(connection.connection.notifies(timeout=2, stop_after=1))
+    assert [(n.channel, n.payload) for n in notifies] == [("pgmsg:test.shout", '{"text":"hello"}')]
+    with connection.cursor() as cursor:
+        cursor.execute("UNLISTEN *")
+
+
+def test_sql_producers_can_insert_rows_directly():
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgmsg_notification (channel, payload) VALUES (%s, %s::jsonb)",
+            ["test.work", '{"key": "from-sql"}'],
+        )
+    drain()
+    assert effect_counts() == {"from-sql": 1}

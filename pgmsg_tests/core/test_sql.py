@@ -1,0 +1,103 @@
+"""Every named SQL statement is used by the code, and PostgreSQL accepts it (EXPLAIN)."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from psycopg import sql as pgsql
+
+import pgmsg
+from pgmsg.core import sql
+from pgmsg.inbox import model_inbox
+from pgmsg_tests.testapp.inbox_handlers import webhooks
+
+PACKAGE = Path(pgmsg.__file__).parent
+SQL_FILES = sorted(p for p in PACKAGE.rglob("*.sql") if "migrations" not in p.parts)
+#: Statements reached by a computed name: (file, name) -> where.
+COMPUTED = {
+    ("inbox.sql", "purge_processed"): 'QUERIES[f"purge_{kind}"]',
+    ("inbox.sql", "purge_dead"): 'QUERIES[f"purge_{kind}"]',
+}
+#: model_inbox.sql's fragments are parts of other statements, not statements.
+FRAGMENTS = {
+    "unprocessed_null",
+    "unprocessed_false",
+    "mark_now",
+    "mark_true",
+    "partition_by_key",
+    "partition_by_aggregate",
+}
+_PARAM = re.compile(r"%\((\w+)\)s")
+#: The export's statements name the exported table's columns: check them on the event table.
+EXPORT_IDENTIFIERS = {
+    "table": "pgmsg_event",
+    "key": "position",
+    "transaction": "transaction_id",
+    "columns": "*",
+    "timestamp": "recorded_at",
+}
+_COPY = re.compile(r"^COPY \((.*)\)\s*TO STDOUT.*$", re.DOTALL)
+
+
+def statements():
+    for path in SQL_FILES:
+        package = ".".join(path.parent.relative_to(PACKAGE.parent).parts)
+        for name, text in sql.load(package, path.name).items():
+            yield pytest.param(path, name, text, id=f"{path.name}:{name}")
+
+
+def python_sources() -> str:
+    return "\n".join(p.read_text() for p in PACKAGE.rglob("*.py"))
+
+
+def test_every_sql_file_is_found():
+    assert {p.name for p in SQL_FILES} >= {
+        "notifications.sql",
+        "events.sql",
+        "subscriptions.sql",
+        "aggregates.sql",
+        "inbox.sql",
+        "model_inbox.sql",
+        "outbox.sql",
+    }
+
+
+@pytest.mark.parametrize(("path", "name", "text"), list(statements()))
+def test_every_named_statement_is_used(path, name, text):
+    if (path.name, name) in COMPUTED or name in FRAGMENTS:
+        return
+    used = f'"{name}"' in python_sources()
+    assert used, f"{path.name}: statement {name!r} is used nowhere in pgmsg/"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("path", "name", "text"), list(statements()))
+def test_postgresql_accepts_every_named_statement(path, name, text):
+    if name in FRAGMENTS:
+        return
+    if path.name == "model_inbox.sql":
+        statement = model_inbox.queries(webhooks)[name]
+        if isinstance(statement, pgsql.Composed):
+            statement = statement.as_string(connection.connection)
+    elif path.parent.name == "export":
+        statement = text.format(**EXPORT_IDENTIFIERS)
+        statement = _COPY.sub(r"\1", statement)  # EXPLAIN the query a COPY reads
+    else:
+        statement = text
+    # Parameters become NULLs of unknown type: EXPLAIN still parses, resolves every table,
+    # column, function and type, and plans the statement, without running it.
+    explained = _PARAM.sub("NULL", statement)
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {explained}")
+        assert cursor.fetchall()
+
+
+def test_the_loader_reads_named_blocks_and_drops_their_comments():
+    text = resources.files("pgmsg.channels").joinpath("notifications.sql").read_text()
+    queries = sql.load("pgmsg.channels", "notifications.sql")
+    assert set(queries) == set(re.findall(r"^-- name: (\w+)", text, re.MULTILINE))
+    assert all(not line.startswith("--") for q in queries.values() for line in q.splitlines())

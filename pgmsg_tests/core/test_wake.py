@@ -1,0 +1,134 @@
+"""Wake-ups: producers NOTIFY only while a worker is declared idle, and the race is closed."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from django.db import connection
+
+from pgmsg.core import wake
+from pgmsg.models import Notification
+from pgmsg_dev.devdb import database_url
+from pgmsg_tests.conftest import wait_for
+from pgmsg_tests.helpers import effect_counts
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+INSERT_WORK = "INSERT INTO pgmsg_notification (channel, payload) VALUES ('test.work', %s::jsonb)"
+MARKER = "marker"
+
+
+def connect(**kwargs) -> psycopg.Connection:
+    return psycopg.connect(database_url(connection.settings_dict), **kwargs)
+
+
+def wakes_after(produce) -> list[str]:
+    """The wake payloads a listener receives for what ``produce(conn)`` commits.
+
+    The same session then NOTIFYs a marker; notifications arrive in commit order, so reading
+    up to the marker tells, without any timing, whether the producer's commit NOTIFYed.
+    """
+    with connect(autocommit=True) as listener, connect() as producer:
+        listener.execute(f'LISTEN "{wake.WAKE_CHANNEL}"')
+        with producer.transaction():
+            produce(producer)
+        producer.execute("SELECT pg_notify(%s, %s)", [wake.WAKE_CHANNEL, MARKER])
+        producer.commit()
+        got = []
+        for note in listener.notifies(timeout=30):
+            if note.payload == MARKER:
+                return got
+            got.append(note.payload)
+    pytest.fail("the marker NOTIFY never arrived")
+
+
+def insert_work(conn: psycopg.Connection) -> None:
+    conn.execute(INSERT_WORK, ['{"key": "w"}'])
+
+
+def test_a_producer_commits_without_notify_when_no_worker_is_idle():
+    assert wakes_after(insert_work) == []
+
+
+def test_a_producer_notifies_while_a_worker_is_declared_idle_for_its_channel():
+    with connect(autocommit=True) as worker:
+        idle = wake.IdleDeclaration(["test.work"])
+        assert idle.declare(worker.cursor()) is True
+        assert idle.settled
+        assert wakes_after(insert_work) == ["test.work"]
+
+
+def test_an_idle_worker_of_another_channel_does_not_make_producers_notify():
+    with connect(autocommit=True) as worker:
+        wake.IdleDeclaration(["test.typed", "inbox:test.inbox"]).declare(worker.cursor())
+        assert wakes_after(insert_work) == []
+
+
+def test_a_withdrawn_declaration_stops_the_notifies():
+    with connect(autocommit=True) as worker:
+        idle = wake.IdleDeclaration(["test.work"])
+        idle.declare(worker.cursor())
+        idle.withdraw(worker.cursor())
+        assert not idle.declared
+        assert wakes_after(insert_work) == []
+
+
+def test_a_worker_whose_connection_closes_stops_counting_as_idle():
+    with connect(autocommit=True) as worker:
+        wake.IdleDeclaration(["test.work"]).declare(worker.cursor())
+    assert wakes_after(insert_work) == []
+
+
+def test_an_all_category_subscription_is_woken_by_any_category():
+    def append(conn):
+        conn.execute(
+            "INSERT INTO pgmsg_event (stream_name, category, version, type, data, metadata, "
+            "message_id) VALUES ('order-1', 'order', 1, 'Placed', '{}', '{}', "
+            "gen_random_uuid())"
+        )
+
+    with connect(autocommit=True) as worker:
+        wake.IdleDeclaration(["events"]).declare(worker.cursor())
+        assert wakes_after(append) == ["events:order"]
+
+
+def test_the_barrier_waits_for_a_producer_that_checked_before_the_declaration():
+    with connect() as producer, connect(autocommit=True) as worker:
+        insert_work(producer)  # its wake check ran: nobody idle, so no NOTIFY at its commit
+        idle = wake.IdleDeclaration(["test.work"])
+        assert idle.declare(worker.cursor()) is False, "must not sleep: a producer is in flight"
+        assert idle.declared and not idle.settled
+        producer.commit()
+        assert idle.declare(worker.cursor()) is True  # now look at the table once more
+        assert idle.settled
+
+
+def test_a_worker_finds_a_row_whose_producer_committed_after_the_worker_went_idle(workers):
+    """The race end to end: the producer's wake check runs before the worker exists (no
+    NOTIFY will come), the worker goes idle, then the producer commits. With a sweep of 600 s,
+    only the barrier's second look can find the row."""
+    with connect() as producer:
+        insert_work(producer)
+        workers.start("test.work", "--settings", "pgmsg_tests.testapp.inbox_settings")
+        wait_for(idle_declared, timeout=60, message="worker declared itself idle")
+        assert Notification.objects.count() == 0  # not committed yet
+        producer.commit()
+    wait_for(lambda: effect_counts() == {"w": 1}, timeout=60, message="row handled")
+
+
+def idle_declared() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s::oid "
+            "AND objid = hashtext('test.work')::oid AND objsubid = 2 AND granted",
+            [wake.IDLE_CLASS],
+        )
+        return cursor.fetchone()[0] > 0
+
+
+def test_a_declaration_knows_when_its_connection_is_gone():
+    with connect(autocommit=True) as worker:
+        idle = wake.IdleDeclaration(["test.work"])
+        idle.declare(worker.cursor())
+        assert idle.held_by(worker)
+    assert not idle.held_by(worker)

@@ -1,0 +1,198 @@
+"""The listen worker as real processes when things go wrong: handlers that kill their process,
+frozen workers, Ctrl-C, repeated outages, idle workers next to busy ones."""
+
+import os
+import signal
+import time
+
+import psutil
+import pytest
+from django.db import connection, transaction
+
+import pgmsg
+from pgmsg.models import Notification
+from pgmsg_tests.conftest import wait_for
+from pgmsg_tests.helpers import effect_counts
+from pgmsg_tests.testapp.channels import Poison, Work
+from pgmsg_tests.testapp.models import Effect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def nothing_pending() -> bool:
+    return not Notification.objects.filter(status="pending").exists()
+
+
+def test_a_message_that_kills_its_worker_dies_alone_and_its_batch_is_handled_once(workers):
+    keys = [f"i{i}" for i in range(30)]
+    with transaction.atomic():  # one batch: innocents before and after the poison
+        pgmsg.notify_many(Work(key=k) for k in keys[:15])
+        pgmsg.notify(Poison(key="poison"))
+        pgmsg.notify_many(Work(key=k) for k in keys[15:])
+    deaths = 0
+    while not nothing_pending():
+        proc = workers.start("--batch-size", "50")
+        wait_for(
+            lambda proc=proc: proc.poll() is not None or nothing_pending(),
+            timeout=60,
+            message="the worker dies or everything is settled",
+        )
+        if proc.poll() is not None:
+            assert proc.returncode == -signal.SIGKILL, workers.log(proc)
+            deaths += 1
+        assert deaths <= 3, "the poison must be isolated and made dead after max_attempts"
+    # The first death took the whole batch with it; the second was the poison's alone
+    # (Poison has max_attempts=2): the third worker made it dead without running it.
+    assert deaths == 2
+    poison = Notification.objects.get()
+    assert (poison.channel, poison.status) == ("test.poison", "dead")
+    assert "worker process died while handling it (2 time(s))" in poison.last_error
+    assert not Effect.objects.filter(channel="test.poison").exists()
+    counts = effect_counts()
+    assert sorted(counts) == sorted(keys)
+    assert set(counts.values()) == {1}
+    with connection.cursor() as cursor:  # the crash records went with their rows
+        cursor.execute(
+            "SELECT count(*) FROM pgmsg_claim WHERE ids <> '{}' AND %s = ANY(ids)", [poison.id]
+        )
+        assert cursor.fetchone()[0] == 0
+
+
+def locked_rows() -> int:
+    """Stored notifications currently locked by some worker's open claim transaction."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pgmsg_notification")
+        total = cursor.fetchone()[0]
+        cursor.execute(
+            "SELECT count(*) FROM (SELECT id FROM pgmsg_notification FOR UPDATE SKIP LOCKED) s"
+        )
+        free = cursor.fetchone()[0]
+        transaction.set_rollback(True)
+    return total - free
+
+
+def test_a_frozen_worker_loses_its_batch_to_another_worker(workers):
+    # WORKER_IDLE_TIMEOUT is 3 s in the test settings.
+    frozen = workers.start("--batch-size", "50")
+    keys = [f"f{i}" for i in range(20)]
+    pgmsg.notify_many(Work(key=k, sleep=0.05) for k in keys)
+    wait_for(lambda: locked_rows() > 0, timeout=60, message="the first worker holds a batch")
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        workers.start("--batch-size", "50")
+        wait_for(nothing_pending, timeout=60, message="another worker takes the frozen batch")
+        assert psutil.Process(frozen.pid).status() == psutil.STATUS_STOPPED
+        time.sleep(0.5)
+        assert sorted(effect_counts()) == sorted(keys)
+        assert set(effect_counts().values()) == {1}
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+
+
+def test_ctrl_c_on_a_supervised_pool_finishes_the_work_in_hand(workers):
+    supervisor = workers.start("--processes", "2", "--batch-size", "50")
+    parent = psutil.Process(supervisor.pid)
+    wait_for(lambda: len(parent.children()) == 2, timeout=30, message="two children")
+    keys = [f"c{i}" for i in range(200)]
+    pgmsg.notify_many(Work(key=k, sleep=0.05) for k in keys)
+    wait_for(lambda: locked_rows() > 0, timeout=60, message="the pool holds a batch")
+    time.sleep(0.3)
+    os.killpg(supervisor.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    assert supervisor.wait(timeout=60) == 0
+    assert "second signal" not in workers.log(supervisor)
+    assert locked_rows() == 0
+    handled = sum(effect_counts().values())
+    # The batches in hand were finished and committed (50 x 0.05 s each): not dropped.
+    assert handled > 0
+    assert Notification.objects.count() == len(keys) - handled
+    assert set(effect_counts().values()) == {1}
+
+
+def test_a_sigterm_during_start_up_stops_the_worker_gracefully(workers):
+    proc = workers.start(env={"PGMSG_TEST_SLOW_START": "1.5"})
+    wait_for(lambda: "slow start" in workers.log(proc), timeout=60, message="worker starting")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, workers.log(proc)  # not killed by the signal (-15)
+
+
+def terminate_worker_backends() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend'"
+        )
+        return cursor.fetchone()[0]
+
+
+def test_reconnect_backoff_starts_short_again_after_each_recovery(workers):
+    proc = workers.start("test.work")
+    for outage in range(3):
+        key = f"outage{outage}"
+        pgmsg.notify(Work(key=key))
+        wait_for(lambda key=key: effect_counts()[key] == 1, timeout=60, message="connected")
+        assert terminate_worker_backends() >= 2
+        wait_for(
+            lambda n=outage + 1: workers.log(proc).count("reconnecting in") == n,
+            timeout=60,
+            message="the worker saw the outage",
+        )
+    pgmsg.notify(Work(key="after"))
+    wait_for(lambda: effect_counts()["after"] == 1, timeout=60, message="reconnected")
+    pauses = [
+        line.split("reconnecting in ")[1].split("s:")[0]
+        for line in workers.log(proc).splitlines()
+        if "reconnecting in" in line
+    ]
+    assert pauses == ["0.5", "0.5", "0.5"]
+
+
+def transactions() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database "
+            "WHERE datname = current_database()"
+        )
+        return cursor.fetchone()[0]
+
+
+def client_sessions() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND backend_type = 'client backend'"
+        )
+        return cursor.fetchone()[0]
+
+
+def test_an_idle_worker_does_not_spin_while_another_holds_due_rows(workers):
+    busy = workers.start("test.work", "--batch-size", "100")
+    keys = [f"b{i}" for i in range(100)]
+    pgmsg.notify_many(Work(key=k, sleep=0.3) for k in keys)  # one 30 s batch
+    wait_for(lambda: locked_rows() == len(keys), timeout=60, message="busy worker holds all")
+    sessions = client_sessions()
+    workers.start("test.work")
+    wait_for(lambda: client_sessions() == sessions + 2, timeout=60, message="idle worker runs")
+    time.sleep(1.0)
+    before = transactions()
+    time.sleep(2.5)  # statistics reach pg_stat_database about once a second per backend
+    during = transactions() - before
+    assert locked_rows() == len(keys), "the busy worker must still hold its batch"
+    # Idle: a claim and a due check per sweep (1 s in the tests). Spinning: thousands.
+    assert during < 100, f"{during} transactions in 2.5 s while idle"
+    assert busy.poll() is None
+
+
+def test_rows_of_a_channel_nobody_declares_are_reported_not_dropped(workers):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgmsg_notification (channel, payload) "
+            "SELECT 'test.nobody', '{}' FROM generate_series(1, 3)"
+        )
+    proc = workers.start()
+    wait_for(
+        lambda: "3 pending notification(s) on channel 'test.nobody'" in workers.log(proc),
+        timeout=60,
+        message="the worker names the undeclared channel",
+    )
+    assert Notification.objects.filter(channel="test.nobody", status="pending").count() == 3

@@ -1,0 +1,73 @@
+"""The read horizon: open transactions of other databases do not hold subscriptions back, and
+what does hold them back is named."""
+
+from __future__ import annotations
+
+import io
+
+import psycopg
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+import pgmsg
+from pgmsg.core import horizon
+from pgmsg.events import reads
+from pgmsg_tests.conftest import wait_for
+from pgmsg_tests.events.test_subscriptions_processes import start_ready
+from pgmsg_tests.testapp.events_handlers import Step
+from pgmsg_tests.testapp.models import Effect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def open_writing_transaction(dbname: str) -> psycopg.Connection:
+    """A session of ``dbname`` on the test server, idle in a transaction that has an id."""
+    params = connection.get_connection_params()
+    for key in ("cursor_factory", "context", "prepare_threshold", "server_side_binding"):
+        params.pop(key, None)
+    conn = psycopg.connect(**{**params, "dbname": dbname})
+    conn.execute("SELECT pg_current_xact_id()")
+    return conn
+
+
+def test_an_open_transaction_in_another_database_does_not_hold_a_subscription_back(workers):
+    start_ready(workers, "--subscription", "test-seq")
+    other = open_writing_transaction("postgres")
+    try:
+        for n in range(5):
+            pgmsg.append(f"seq-h{n}", Step(n=1))
+        wait_for(
+            lambda: Effect.objects.filter(channel="sub.seq").count() == 5,
+            timeout=30,
+            message="the subscription handles events while another database's transaction "
+            "stays open",
+        )
+    finally:
+        other.close()
+
+
+def test_an_open_writing_transaction_here_holds_the_horizon_back_and_is_named(monkeypatch):
+    blocker = open_writing_transaction(connection.settings_dict["NAME"])
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT %s::text::bigint", [blocker.info.backend_pid])
+            held = horizon.horizon(cursor)
+            cursor.execute(
+                "SELECT backend_xid::text::bigint FROM pg_stat_activity WHERE pid = %s",
+                [blocker.info.backend_pid],
+            )
+            blocker_xid = cursor.fetchone()[0]
+        assert held % 2**32 == blocker_xid  # held at the open transaction's id
+        monkeypatch.setattr(horizon, "BLOCKED_AFTER", 0.0)
+        (found,) = reads.horizon_blockers()
+        assert found.pid == blocker.info.backend_pid
+        assert found.database == connection.settings_dict["NAME"]
+        assert found.state == "idle in transaction"
+        out = io.StringIO()
+        call_command("pgmsg_subscriptions", "status", stdout=out)
+        assert f"read horizon held back by pid {blocker.info.backend_pid}" in out.getvalue()
+        assert "idle in transaction" in out.getvalue()
+    finally:
+        blocker.close()
+    wait_for(lambda: reads.horizon_blockers() == [], timeout=30, message="blocker gone")

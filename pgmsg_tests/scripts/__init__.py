@@ -1,0 +1,1 @@
+"""Programs that process-level tests run as separate processes (producers, contenders)."""
