@@ -127,6 +127,10 @@ def run_batch(
         except Exception as exc:
             if _connection_broken(db):
                 raise  # a lost connection ends the batch (the worker reconnects)
+            # Withdraw the crash record while this transaction still holds its rows: once it
+            # rolls back, another worker may claim them, and must not take a record left
+            # behind by a batch that aborted for a crash.
+            worker.withdraw_claim()
             raise Redo(f"a handler failed on the fast path: {exc}") from exc
         _account(db, result, delivery)
         return result

@@ -34,6 +34,10 @@ class Worker(Protocol):
         from the batch transaction (claims, see pgmsg/core/claims.py); None when the worker
         is not running."""
 
+    def withdraw_claim(self) -> None:
+        """Forget the crash record of the batch in hand, which is about to roll back on
+        purpose (batch.Redo): it is no crash (pgmsg/core/claims.py)."""
+
 
 class Source(Protocol):
     """A table of stored messages that the worker drains."""

@@ -219,14 +219,16 @@ class Worker:
                 dirty.update(range(len(self.sources)))
                 next_sweep = time.monotonic() + sweep_interval
 
+    def withdraw_claim(self) -> None:
+        claims.withdraw(self)
+
     def process(self, source: sources_module.Source) -> int:
         """``source.process_batch``, with the fallback of run_batch's fast path: a batch in
         which a handler failed was rolled back (batch.Redo); claim again with a savepoint per
         row, so the failure is recorded and the other rows commit."""
         try:
             return source.process_batch(self)
-        except batch.Redo:
-            claims.withdraw(self)  # rolled back on purpose: no crash to count
+        except batch.Redo:  # its claim was withdrawn before the rollback (withdraw_claim)
             self.careful = True
             try:
                 return source.process_batch(self)

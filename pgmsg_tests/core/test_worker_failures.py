@@ -3,14 +3,17 @@ frozen workers, Ctrl-C, repeated outages, idle workers next to busy ones."""
 
 import os
 import signal
+import threading
 import time
 
 import psutil
+import psycopg
 import pytest
 from django.db import connection, transaction
 
 import pgmsg
 from pgmsg.models import Notification
+from pgmsg_dev.devdb import database_url
 from pgmsg_tests.conftest import wait_for
 from pgmsg_tests.helpers import effect_counts
 from pgmsg_tests.testapp.channels import Poison, Work
@@ -196,3 +199,62 @@ def test_rows_of_a_channel_nobody_declares_are_reported_not_dropped(workers):
         message="the worker names the undeclared channel",
     )
     assert Notification.objects.filter(channel="test.nobody", status="pending").count() == 3
+
+
+# Waits for the row lock of the worker's batch, then, in a new snapshot a few microseconds
+# after that transaction ended, counts the crash records that name the row.
+WAIT_THEN_COUNT_CRASH_RECORDS = """
+CREATE FUNCTION pg_temp.crash_records_when_unlocked(row_id bigint) RETURNS bigint
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM 1 FROM pgmsg_notification WHERE id = row_id FOR UPDATE;
+    RETURN (SELECT count(*) FROM pgmsg_claim
+            WHERE row_id = ANY(ids)
+              AND pg_xact_status(transaction_id::text::xid8) = 'aborted');
+END $$
+"""
+
+
+def test_a_fast_path_failure_is_never_taken_for_a_crash(caplog):
+    # run_batch's fast path rolls its batch back on purpose when a handler fails. Another
+    # worker may claim the rows the moment they are unlocked: by then the batch's crash
+    # record must be gone, or that worker counts a crash (an attempt no failure logged).
+    pgmsg.notify(Work(key="slow-fail", sleep=1.0, fail_times=1))
+    row_id = Notification.objects.get().pk
+    seen: dict[str, object] = {}
+
+    def other_worker() -> None:
+        with psycopg.connect(database_url(connection.settings_dict), autocommit=True) as conn:
+            conn.execute(WAIT_THEN_COUNT_CRASH_RECORDS)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # until the worker holds the row
+                free = conn.execute(
+                    "SELECT 1 FROM pgmsg_notification WHERE id = %s FOR UPDATE SKIP LOCKED",
+                    [row_id],
+                ).fetchone()
+                if free is None:
+                    seen["waited"] = True
+                    break
+                time.sleep(0.005)
+            seen["crash_records"] = conn.execute(
+                "SELECT pg_temp.crash_records_when_unlocked(%s)", [row_id]
+            ).fetchone()[0]
+
+    blocker = threading.Thread(target=other_worker)
+    blocker.start()
+    with caplog.at_level("WARNING", logger="pgmsg.worker"):
+        pgmsg.Worker(channel_names=["test.work"], until_idle=True).run()
+        blocker.join(timeout=60)
+        assert seen.get("waited"), "the other connection never saw the worker hold the row"
+        assert seen["crash_records"] == 0
+        wait_for(
+            lambda: (
+                pgmsg.Worker(channel_names=["test.work"], until_idle=True).run() is None
+                and not Notification.objects.exists()
+            ),
+            message="the retry is handled",
+        )
+    # One failed attempt, logged and counted; no crash counted on top of it.
+    failures = [r.getMessage() for r in caplog.records if "pgmsg failure" in r.getMessage()]
+    assert len(failures) == 1, failures
+    assert effect_counts() == {"slow-fail": 1}
