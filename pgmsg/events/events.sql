@@ -64,7 +64,7 @@ SELECT version FROM pgmsg_stream WHERE name = %(stream)s;
 
 -- name: read_stream_forwards
 SELECT position, transaction_id::text AS xid, stream_name, version, type, data::text, metadata::text,
-       message_id, recorded_at
+       message_id, (extract(epoch FROM recorded_at) * 1000000)::bigint AS recorded_at_us
 FROM pgmsg_event
 WHERE stream_name = %(stream)s AND version >= %(version)s
 ORDER BY version
@@ -72,7 +72,7 @@ LIMIT %(limit)s;
 
 -- name: read_stream_backwards
 SELECT position, transaction_id::text AS xid, stream_name, version, type, data::text, metadata::text,
-       message_id, recorded_at
+       message_id, (extract(epoch FROM recorded_at) * 1000000)::bigint AS recorded_at_us
 FROM pgmsg_event
 WHERE stream_name = %(stream)s AND version <= %(version)s
 ORDER BY version DESC
@@ -84,7 +84,7 @@ LIMIT %(limit)s;
 -- Optional filters: category, types, and one partition of N by a hash of the partition key
 -- (stream name, or a data / metadata field).
 SELECT position, transaction_id::text AS xid, stream_name, version, type, data::text, metadata::text,
-       message_id, recorded_at
+       message_id, (extract(epoch FROM recorded_at) * 1000000)::bigint AS recorded_at_us
 FROM pgmsg_event
 WHERE (transaction_id, position) > (%(xid)s::text::xid8, %(position)s::bigint)
   AND transaction_id < %(xmin)s::text::xid8

@@ -13,7 +13,9 @@ import uuid
 from collections.abc import Iterable
 from typing import Any, ClassVar, NamedTuple, dataclass_transform
 
+from django.conf import settings
 from django.db import connections, transaction
+from django.utils import timezone
 
 from pgmsg.core import batch, conf, errors, names, payloads, sql
 
@@ -182,6 +184,8 @@ class Checkpoint(NamedTuple):
 #: Before the first event.
 START = Checkpoint(0, 0)
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
 
 def as_checkpoint(value: Any) -> Checkpoint:
     """``value`` as a Checkpoint: None means START; a stored pair of ints is accepted."""
@@ -226,26 +230,38 @@ class RecordedEvent:
     def event(self) -> Event:
         """The typed event (raises UnknownEventType or PayloadError if it cannot be built)."""
         if self._event is None:
-            event = payloads.load(event_class(self.type), self.data)
-            event.message_id = self.message_id
-            event.metadata = dict(self.metadata)
-            self._event = event
+            self._event = payloads.load(
+                event_class(self.type),
+                self.data,
+                message_id=self.message_id,
+                metadata=dict(self.metadata),
+            )
         return self._event
 
     @classmethod
-    def from_row(cls, row: tuple) -> RecordedEvent:
-        position, xid, stream, version, type_, data, metadata, message_id, recorded_at = row
-        return cls(
-            position,
-            int(xid),
-            stream,
-            version,
-            type_,
-            json.loads(data),
-            json.loads(metadata),
-            message_id,
-            recorded_at,
-        )
+    def from_rows(cls, rows: Iterable[tuple]) -> list[RecordedEvent]:
+        """RecordedEvents of rows selected as read_ordered selects them."""
+        # The time comes as microseconds since the epoch: a tenth of the cost of parsing the
+        # text form, paid once per event read.
+        naive = not settings.USE_TZ
+        loads, epoch, delta = json.loads, _EPOCH, dt.timedelta
+        out = []
+        for position, xid, stream, version, type_, data, metadata, message_id, us in rows:
+            recorded_at = epoch + delta(microseconds=us)
+            out.append(
+                cls(
+                    position,
+                    int(xid),
+                    stream,
+                    version,
+                    type_,
+                    loads(data),
+                    {} if metadata == "{}" else loads(metadata),
+                    message_id,
+                    timezone.make_naive(recorded_at) if naive else recorded_at,
+                )
+            )
+        return out
 
 
 # -- appending -----------------------------------------------------------------------------------
