@@ -44,10 +44,14 @@ class _Encoder(DjangoJSONEncoder):
 _NUL_RE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
+#: What json.dumps(value, cls=_Encoder, ...) would build on every call, built once.
+_ENCODER = _Encoder(separators=(",", ":"), allow_nan=False)
+
+
 def dumps(value: Any) -> str:
     """JSON text of a dataclass instance or plain value; a clear error for what JSON can't hold."""
     try:
-        text = json.dumps(value, cls=_Encoder, separators=(",", ":"), allow_nan=False)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise errors.PayloadError(f"cannot encode payload {value!r} as JSON: {exc}") from exc
     if "u0000" in text and _NUL_RE.search(text):

@@ -32,7 +32,7 @@ FRAGMENTS = {
     "partition_by_key",
     "partition_by_aggregate",
 }
-_PARAM = re.compile(r"%\((\w+)\)s")
+_PARAM = re.compile(r"%\((\w+)\)[sb]")
 #: The export's statements name the exported table's columns: check them on the event table.
 EXPORT_IDENTIFIERS = {
     "table": "pgmsg_event",
