@@ -7,7 +7,8 @@ a handler that does nothing) and read_all() paging, and the end-to-end lag of a 
 work done with plain psycopg on a plain table: INSERT, keyset SELECT, INSERT + NOTIFY to a
 LISTENing process.
 
-    python bench/events.py [--events 100000] [--single 2000] [--lag-count 300]
+    python bench/events.py [--events 100000] [--single 2000] [--lag-count 300] [--reps 3]
+                           [--only appends,catchup,lag]
 
 Uses DATABASE_URL's server (or the embedded default) and a scratch database
 `pgmsg_bench_events` that it drops and re-creates; nothing else is touched.
