@@ -100,6 +100,7 @@ class LogicalRelay(OutboxRelay):
         super().__init__(spec, partition)
         self.label += " (logical)"
         self._ready_on: object = None  # the DB connection that checked the server
+        self.slot = ""  # its name, known once prepare() has run
 
     def process_batch(self, worker: Worker) -> int:
         self._take_partitions(worker)
