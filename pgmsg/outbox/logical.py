@@ -101,6 +101,8 @@ class LogicalRelay(OutboxRelay):
         self.label += " (logical)"
         self._ready_on: object = None  # the DB connection that checked the server
         self.slot = ""  # its name, known once prepare() has run
+        #: The WAL flush position before the last peek that found nothing (see _relay_slot).
+        self._quiet_at: str | None = None
 
     def process_batch(self, worker: Worker) -> int:
         self._take_partitions(worker)
@@ -145,9 +147,16 @@ class LogicalRelay(OutboxRelay):
     def _relay_slot(self, worker: Worker) -> int:
         db = worker.database
         with connections[db].cursor() as cursor:
+            # Each peek decodes again from the slot's restart position: an idle relay's many
+            # looks (the worker lingers before sleeping) skip it while no WAL was flushed.
+            cursor.execute(QUERIES["flushed"])
+            flushed = cursor.fetchone()[0]
+            if flushed == self._quiet_at:
+                return 0
             cursor.execute(QUERIES["peek"], {"slot": self.slot, "limit": worker.batch_size})
             rows = cursor.fetchall()
         if not rows:
+            self._quiet_at = flushed
             return 0
         transactions = decode(rows, self.outbox.name)
         envelopes = [e for _, messages in transactions for e in messages]

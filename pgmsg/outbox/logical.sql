@@ -29,6 +29,11 @@ CREATE PUBLICATION pgmsg_outbox;
 -- writes a message after it returns is decoded.
 SELECT pg_create_logical_replication_slot(%(slot)s, 'pgoutput');
 
+-- name: flushed
+-- How far the WAL is flushed: a peek decodes at least up to here, so while it has not moved
+-- since a peek that found nothing, there is nothing new to decode.
+SELECT pg_current_wal_flush_lsn()::text;
+
 -- name: peek
 -- The next decoded changes past the slot's confirmed position, whole transactions in commit
 -- order (upto_nchanges is checked at transaction ends), without moving the slot.

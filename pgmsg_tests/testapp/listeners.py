@@ -108,3 +108,4 @@ if os.environ.get("PGMSG_TEST_LOGICAL"):  # a relay process of test_logical.py
     from pgmsg_tests.testapp import logical_outboxes  # noqa: E402
 
     logical_outboxes.declare()
+    logical_outboxes.declare_per_broker()

@@ -19,3 +19,19 @@ def declare() -> list[pgmsg.Outbox]:
         pgmsg.Outbox(RECORDED, destination="recorder", max_attempts=2, capture="logical"),
         pgmsg.Outbox(NATS, destination="jetstream", capture="logical"),
     ]
+
+
+#: One logical outbox per broker (the benchmark's --capture logical).
+PER_BROKER = {
+    "amqp": ("test.logical-rabbit", "rabbit"),
+    "nats": ("test.logical-jetstream", "jetstream"),
+    "redis": ("test.logical-redis", "redis"),
+    "mqtt": ("test.logical-mqtt", "mqtt"),
+}
+
+
+def declare_per_broker() -> dict[str, pgmsg.Outbox]:
+    return {
+        kind: pgmsg.Outbox(name, destination=destination, capture="logical")
+        for kind, (name, destination) in PER_BROKER.items()
+    }
