@@ -299,7 +299,7 @@ def test_a_logical_relay_killed_again_and_again_delivers_everything_and_its_slot
                 interval=0.01,
                 message="the restarted relay publishes",
             )
-            time.sleep(random.uniform(0.0, 0.5))
+            time.sleep(random.uniform(0.0, 0.1))
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             assert proc.returncode == -signal.SIGKILL, workers.log(proc)
