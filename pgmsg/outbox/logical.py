@@ -177,7 +177,7 @@ class LogicalRelay(OutboxRelay):
         worker.handled += len(sent)
         # The whole peek was confirmed: there may be more behind it. Something held the slot
         # back (a broker down, a stop): do not spin on it.
-        return len(rows) if confirm == transactions[-1][0] else 0
+        return len(rows) if transactions and confirm == transactions[-1][0] else 0
 
     def _settle_in_order(self, worker: Worker, envelopes: list[Envelope]):
         """Publish what can go now; return (to park behind a row of its key, sent, refused)."""
