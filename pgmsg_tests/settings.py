@@ -4,7 +4,7 @@ import json
 import os
 from pathlib import Path
 
-from pgmsg_dev.devdb import default_database
+from pgmsg_dev.devdb import default_database, logical_database
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -51,11 +51,18 @@ TEMPLATES = [
 ]
 
 # PGMSG_TEST_DATABASE: a database name of one's own on the embedded server (nox cells use it).
-DATABASES = {
-    "default": default_database(
-        BASE_DIR / ".pgdata", name=os.environ.get("PGMSG_TEST_DATABASE", "pgmsg")
-    )
-}
+_DATABASE_NAME = os.environ.get("PGMSG_TEST_DATABASE", "pgmsg")
+_EXTERNAL = bool(os.environ.get("DATABASE_URL"))  # read before default_database() exports one
+DATABASES = {"default": default_database(BASE_DIR / ".pgdata", name=_DATABASE_NAME)}
+# The outbox's logical capture mode needs wal_level = logical: the embedded server has it; a
+# server given by DATABASE_URL may not (CI's PostgreSQL 15), so its tests of that mode use a
+# private embedded server in .pgdata-logical/ (pgmsg_tests/outbox/test_logical.py).
+DATABASES["logical"] = logical_database(
+    BASE_DIR / ".pgdata-logical",
+    default=DATABASES["default"],
+    external=_EXTERNAL,
+    name=_DATABASE_NAME,
+)
 
 # Outbox destinations: the brokers on this machine; a process test points one at its TCP proxy
 # through PGMSG_TEST_DESTINATIONS (a JSON object merged over these).

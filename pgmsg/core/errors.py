@@ -120,3 +120,8 @@ class MessageRefused(PgmsgError):
 
 class LogicalDecodingUnavailable(ConfigurationError):
     """The logical-decoding relay needs ``wal_level = logical``; the message says what is set."""
+
+
+class ReplicationSlotMissing(ConfigurationError):
+    """publish() to a logical outbox whose replication slot does not exist yet: a message
+    written now would never be decoded. Its relay creates the slot when it starts."""

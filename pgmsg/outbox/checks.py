@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from django.core import checks
+from django.db import connections
 
-from pgmsg.core import conf, errors
+from pgmsg.core import conf, errors, sql
 from pgmsg.outbox import declarations, destinations
+
+QUERIES = sql.load(__package__, "logical.sql")
 
 
 @checks.register()
@@ -38,4 +41,44 @@ def check_destinations(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
                     id="pgmsg.E502",
                 )
             )
+    return problems
+
+
+@checks.register(checks.Tags.database)
+def check_logical_capture(app_configs=None, databases=None, **kwargs) -> list[checks.CheckMessage]:
+    """A logical outbox needs wal_level = logical (E503), and a slot whose relay stalls keeps
+    WAL until the disk fills unless max_slot_wal_keep_size caps it (W503)."""
+    logical = sorted(
+        o.name for o in declarations.registry.outboxes.values() if o.capture == "logical"
+    )
+    try:
+        database = conf.get().DATABASE
+    except errors.ConfigurationError:
+        return []
+    if not logical or database not in (databases or ()):
+        return []
+    with connections[database].cursor() as cursor:
+        cursor.execute(QUERIES["wal_keep_size"])
+        keep_size, wal_level = cursor.fetchone()
+    problems: list[checks.CheckMessage] = []
+    if wal_level != "logical":
+        problems.append(
+            checks.Error(
+                f"outbox(es) {logical} have capture='logical', which needs wal_level = logical; "
+                f"the server of database {database!r} has wal_level = {wal_level}",
+                hint="set wal_level = logical in postgresql.conf and restart PostgreSQL, or "
+                "declare the outboxes with capture='table'",
+                id="pgmsg.E503",
+            )
+        )
+    if keep_size == "-1":
+        problems.append(
+            checks.Warning(
+                f"outbox(es) {logical} read replication slots, and max_slot_wal_keep_size is -1 "
+                "(unlimited): a relay that stops makes its slot keep WAL until the disk is full",
+                hint="set max_slot_wal_keep_size (e.g. '10GB') in postgresql.conf; a slot past "
+                "it is invalidated (its unrelayed messages are lost) instead of filling the disk",
+                id="pgmsg.W503",
+            )
+        )
     return problems

@@ -12,6 +12,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
 
 from pgmsg.core import conf, errors, names, payloads, sql
+from pgmsg.outbox import slots
 
 QUERIES = sql.load(__package__, "outbox.sql")
 
@@ -20,6 +21,9 @@ MAX_KEY_LENGTH = 1000
 #: Header names pgmsg sets itself on every published message.
 RESERVED_HEADER_PREFIX = "pgmsg-"
 MAX_PARTITIONS = 1024
+#: How a relay finds new messages: "table" (rows, any PostgreSQL) or "logical" (WAL messages
+#: read from a replication slot, wal_level = logical): docs/outbox.md.
+CAPTURE_MODES = ("table", "logical")
 
 T = TypeVar("T", bound=type)
 
@@ -40,13 +44,15 @@ class Outbox:
     ``destination``: a name in PGMSG["OUTBOX_DESTINATIONS"]. ``partitions``: how many parts
     the messages are hashed into (by key, or by message id when there is none); each part is
     published by one relay at a time. ``max_attempts``: refusals before a message is dead
-    (default PGMSG MAX_ATTEMPTS).
+    (default PGMSG MAX_ATTEMPTS). ``capture``: "table" (the default) or "logical" (messages
+    travel in the WAL and the relay reads a replication slot; one partition).
     """
 
     name: str
     destination: str
     partitions: int = 1
     max_attempts: int | None = None
+    capture: str = "table"
 
     def __post_init__(self) -> None:
         names.validate_name(self.name, kind="outbox")
@@ -67,6 +73,16 @@ class Outbox:
                     f"outbox {self.name!r}: {field} must be a positive int"
                     f"{f' up to {top}' if top else ''}, got {value!r}"
                 )
+        if self.capture not in CAPTURE_MODES:
+            raise errors.ConfigurationError(
+                f"outbox {self.name!r}: capture must be one of {CAPTURE_MODES}, "
+                f"got {self.capture!r}"
+            )
+        if self.capture == "logical" and self.partitions != 1:
+            raise errors.ConfigurationError(
+                f"outbox {self.name!r}: capture='logical' reads one replication slot, which one "
+                f"relay reads at a time: partitions must be 1, got {self.partitions!r}"
+            )
         registry.add_outbox(self)
 
     def message(self, type: str, *, topic: str | None = None) -> Callable[[T], T]:
@@ -220,9 +236,17 @@ def publish(
     transaction publishing to the same key waits for the first to end). ``message_id``
     (default: a new UUID) is what brokers see and deduplicate on; a message id that is still
     pending in the outbox is not written twice (``Published.stored`` is False).
+
+    A logical outbox (``capture="logical"``) writes a WAL message instead of a row: no key lock
+    (commit order comes with decoding), no duplicate check (``stored`` is always True, ``id``
+    None), and ReplicationSlotMissing until its relay has created the slot.
     """
     row = _row(message, payload, type, topic, key, headers, message_id)
-    with connections[using or conf.get().DATABASE].cursor() as cursor:
+    using = using or conf.get().DATABASE
+    with connections[using].cursor() as cursor:
+        if row["capture"] == "logical":
+            slots.emit(cursor, row["outbox"], row, using=using)
+            return Published(row["message_id"], stored=True)
         cursor.execute(QUERIES["publish"], row)
         found = cursor.fetchone()
     return Published(row["message_id"], stored=found is not None, id=found and found[0])
@@ -230,7 +254,8 @@ def publish(
 
 def publish_many(messages: Iterable[Any], *, using: str | None = None) -> list[Published]:
     """Publish many typed messages (instances, or ``(instance, {"key": ..., ...})`` pairs with
-    publish()'s keywords) in one statement per outbox; one Published each, in order."""
+    publish()'s keywords) in one statement per table outbox (one per message of a logical
+    outbox); one Published each, in order."""
     by_outbox: dict[str, list[dict]] = {}
     rows = []
     for item in messages:
@@ -252,8 +277,14 @@ def publish_many(messages: Iterable[Any], *, using: str | None = None) -> list[P
         rows.append(row)
         by_outbox.setdefault(row["outbox"], []).append(row)
     stored: dict[tuple[str, str], int] = {}
-    with connections[using or conf.get().DATABASE].cursor() as cursor:
+    using = using or conf.get().DATABASE
+    with connections[using].cursor() as cursor:
         for name, group in by_outbox.items():
+            if group[0]["capture"] == "logical":
+                for row in group:  # in order: one WAL message each
+                    slots.emit(cursor, name, row, using=using)
+                    stored[(name, row["message_id"])] = 0
+                continue
             cursor.execute(
                 QUERIES["publish_many"],
                 {
@@ -271,7 +302,7 @@ def publish_many(messages: Iterable[Any], *, using: str | None = None) -> list[P
     results = []
     for row in rows:
         id_ = stored.pop((row["outbox"], row["message_id"]), None)
-        results.append(Published(row["message_id"], stored=id_ is not None, id=id_))
+        results.append(Published(row["message_id"], stored=id_ is not None, id=id_ or None))
     return results
 
 
@@ -322,6 +353,7 @@ def _row(message, payload, type_, topic, key, headers, message_id) -> dict[str, 
     _check_text("message_id", message_id, outbox.name)
     return {
         "outbox": outbox.name,
+        "capture": outbox.capture,
         "destination": outbox.destination,
         "message_id": message_id,
         "topic": topic,

@@ -6,14 +6,15 @@ import dataclasses
 import logging
 from collections.abc import Iterable
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 
 from pgmsg.core import conf, errors, sql
-from pgmsg.outbox import declarations
+from pgmsg.outbox import declarations, slots
 
 logger = logging.getLogger(__name__)
 
 QUERIES = sql.load(__package__, "outbox.sql")
+SLOT_QUERIES = sql.load(__package__, "logical.sql")
 
 HEALTHY = "healthy"
 DEGRADED = "degraded"
@@ -85,12 +86,26 @@ class OutboxHealth:
     relayed_partitions: tuple[int, ...]
     status: str
     reasons: tuple[str, ...] = ()
+    #: "table" or "logical"; the slot fields are None in table mode.
+    capture: str = "table"
+    #: Logical mode: the outbox's replication slot (None: not created yet).
+    slot: str | None = None
+    #: Bytes of WAL from the slot's confirmed position to the server's current one: what the
+    #: relay has not confirmed (other databases' writes count too: WAL is per server).
+    slot_lag_bytes: int | None = None
+    #: Bytes of WAL the slot keeps from being recycled (from its restart position).
+    slot_retained_bytes: int | None = None
+    #: Seconds since the commit of the oldest transaction with a message the relay has not
+    #: confirmed (0: none waits; None: unknown, the relay was reading the slot at that moment).
+    slot_age: float | None = None
 
     def as_dict(self) -> dict:
         data = dataclasses.asdict(self)
         data["reasons"] = list(self.reasons)
         data["relayed_partitions"] = list(self.relayed_partitions)
         data["oldest_pending_age"] = round(self.oldest_pending_age, 3)
+        if self.slot_age is not None:
+            data["slot_age"] = round(self.slot_age, 3)
         return data
 
 
@@ -98,7 +113,8 @@ def health(names: Iterable[str] | None = None) -> list[OutboxHealth]:
     """Health of the named outboxes (default: every declared one), sorted by name.
 
     Degraded when a message is dead, the oldest pending message is PGMSG OUTBOX_DEGRADED_AGE
-    seconds old or more, or messages are pending while no relay holds some partition.
+    seconds old or more, or messages are pending while no relay holds some partition; in
+    logical mode also when the slot is missing or its oldest unconfirmed message is that old.
     """
     registry = declarations.registry
     wanted = sorted(registry.outboxes) if names is None else sorted(set(names))
@@ -125,9 +141,25 @@ def health(names: Iterable[str] | None = None) -> list[OutboxHealth]:
                 f"{pending} pending and no relay holds partition(s) "
                 f"{sorted(set(range(spec.partitions)) - set(held))}"
             )
+        slot_fields: dict = {}
+        if spec.capture == "logical":
+            slot_fields = _slot_health(name, settings.DATABASE)
+            slot_age = slot_fields["slot_age"]
+            if slot_fields["slot"] is None:
+                reasons.append("no replication slot yet: start its relay")
+            elif slot_age is not None and slot_age >= settings.OUTBOX_DEGRADED_AGE:
+                reasons.append(
+                    f"oldest unrelayed message in the slot is {slot_age:.0f}s old "
+                    f"(threshold {settings.OUTBOX_DEGRADED_AGE:g}s, "
+                    f"{slot_fields['slot_lag_bytes']} bytes of WAL behind)"
+                )
+            if slot_fields["slot"] is not None and not held:
+                reasons.append("no relay reads the slot, which keeps WAL meanwhile")
         result.append(
             OutboxHealth(
                 outbox=name,
+                capture=spec.capture,
+                **slot_fields,
                 destination=spec.destination,
                 pending=pending,
                 dead=dead,
@@ -139,6 +171,37 @@ def health(names: Iterable[str] | None = None) -> list[OutboxHealth]:
             )
         )
     return result
+
+
+def _slot_health(outbox: str, using: str) -> dict:
+    slot = slots.slot_name(outbox, using=using)
+    with connections[using].cursor() as cursor:
+        cursor.execute(SLOT_QUERIES["slot_health"], {"slots": [slot]})
+        found = cursor.fetchone()
+    if found is None:
+        return {"slot": None}
+    _, lag, retained, _ = found
+    return {
+        "slot": slot,
+        "slot_lag_bytes": lag,
+        "slot_retained_bytes": retained,
+        "slot_age": _oldest_unrelayed_age(slot, using),
+    }
+
+
+def _oldest_unrelayed_age(slot: str, using: str) -> float | None:
+    """Peek one transaction past the slot's position (a BEGIN with its commit time). The slot
+    is busy while its relay reads it: then the age is unknown (None), not an error."""
+    try:
+        with transaction.atomic(using=using), connections[using].cursor() as cursor:
+            cursor.execute(SLOT_QUERIES["oldest_unrelayed"], {"slot": slot})
+            first = cursor.fetchone()
+    except DatabaseError:
+        return None
+    if first is None:
+        return 0.0
+    begin, now = first
+    return max((now - slots.commit_time(bytes(begin))).total_seconds(), 0.0)
 
 
 #: health() under the name pgmsg exports it as.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pgmsg.core import sources
 from pgmsg.outbox import declarations
+from pgmsg.outbox.logical import LogicalRelay
 from pgmsg.outbox.relay import OutboxRelay
 
 
@@ -18,7 +19,9 @@ def worker_sources(options: sources.SourceOptions) -> list[OutboxRelay]:
         names = list(declarations.registry.outboxes)
     else:
         names = []
-    return [
-        OutboxRelay(declarations.registry.get(name), options.partition)
-        for name in sorted(set(names))
-    ]
+    relays = []
+    for name in sorted(set(names)):
+        spec = declarations.registry.get(name)
+        relay = LogicalRelay if spec.capture == "logical" else OutboxRelay
+        relays.append(relay(spec, options.partition))
+    return relays

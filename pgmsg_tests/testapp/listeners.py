@@ -103,3 +103,9 @@ def record_order_change(change: pgmsg.RowChange) -> None:
 from pgmsg_tests.testapp import events_handlers  # noqa: E402,F401,I001
 from pgmsg_tests.testapp import inbox_handlers  # noqa: E402,F401
 from pgmsg_tests.testapp import outbox_declarations  # noqa: E402,F401
+
+if os.environ.get("PGMSG_TEST_LOGICAL"):  # a relay process of test_logical.py
+    from pgmsg_tests.testapp import logical_outboxes  # noqa: E402
+
+    logical_outboxes.declare()
+    logical_outboxes.declare_per_broker()

@@ -86,10 +86,18 @@ class Command(BaseCommand):
                     f"{h.outbox}\t{style(h.status)}\tdestination={h.destination}\t"
                     f"pending={h.pending}\tdead={h.dead}\tlag={h.oldest_pending_age:.1f}s\t"
                     f"relayed={len(h.relayed_partitions)}/{h.partitions}"
+                    + (_slot(h) if h.capture == "logical" else "")
                     + (f"\t({'; '.join(h.reasons)})" if h.reasons else "")
                 )
         if degraded:
             raise CommandError(f"degraded: {', '.join(degraded)}", returncode=1)
+
+
+def _slot(h) -> str:
+    if h.slot is None:
+        return "\tslot=none"
+    age = "unknown" if h.slot_age is None else f"{h.slot_age:.1f}s"
+    return f"\tslot_lag={h.slot_lag_bytes}B\tslot_age={age}"
 
 
 def _need_selection(verb: str, ids, outbox) -> None:
