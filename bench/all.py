@@ -33,6 +33,7 @@ SCRIPTS = [
     ("notifications", []),
     ("events", []),
     ("inbox", []),
+    ("memory", ["--small", "100000", "--big", "1000000"]),
 ]
 BEGIN = "<!-- make bench: begin -->"
 END = "<!-- make bench: end -->"
@@ -59,10 +60,14 @@ def table(lines: list[dict]) -> str:
     ]
     for line in lines:
         ours, raw, unit = line["pgmsg"], line["raw"], line["unit"]
-        fmt = (lambda v: f"{v:,.2f} ms") if unit == "ms" else (lambda v: f"{v:,.0f} /s")
+        fmt = {
+            "ms": lambda v: f"{v:,.2f} ms",
+            "MB": lambda v: f"{v:,.1f} MB",
+        }.get(unit, lambda v: f"{v:,.0f} /s")
         ratio = ""
         if raw:
-            ratio = f"{(raw / ours if unit == 'ms' else ours / raw):.2f}"
+            # Latencies and memory: smaller is better, so raw / pgmsg (1.0 = as small).
+            ratio = f"{(raw / ours if unit in ('ms', 'MB') else ours / raw):.2f}"
         out.append(f"| {line['work']} | {fmt(ours)} | {fmt(raw) if raw else ''} | {ratio} |")
     return "\n".join(out)
 

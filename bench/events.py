@@ -7,7 +7,8 @@ a handler that does nothing) and read_all() paging, and the end-to-end lag of a 
 work done with plain psycopg on a plain table: INSERT, keyset SELECT, INSERT + NOTIFY to a
 LISTENing process.
 
-    python bench/events.py [--events 100000] [--single 2000] [--lag-count 300]
+    python bench/events.py [--events 100000] [--single 2000] [--lag-count 300] [--reps 3]
+                           [--only appends,catchup,lag]
 
 Uses DATABASE_URL's server (or the embedded default) and a scratch database
 `pgmsg_bench_events` that it drops and re-creates; nothing else is touched.
@@ -192,67 +193,114 @@ def fill(url: str, count: int) -> None:
         conn.execute("VACUUM ANALYZE")
 
 
-def raw_reads(url: str, count: int) -> list[tuple[str, float]]:
-    out = []
+def raw_read(url: str, count: int, page: int) -> float:
+    """Events/s of a psycopg keyset SELECT over the same rows (page at a time, json.loads)."""
     with psycopg.connect(url, autocommit=True) as conn:
-        for page in (100, 1000):
-            t, last, seen = time.perf_counter(), 0, 0
-            while rows := conn.execute(
-                "SELECT id, stream_name, version, type, data::text, metadata::text, "
-                "message_id FROM raw_read WHERE id > %s ORDER BY id LIMIT %s",
-                [last, page],
-            ).fetchall():
-                for row in rows:
-                    json.loads(row[4])
-                seen += len(rows)
-                last = rows[-1][0]
-            assert seen == count, seen
-            out.append(
-                rate(
-                    f"raw keyset SELECT + json.loads, {page}/page (N={count})",
-                    count,
-                    time.perf_counter() - t,
-                )
-            )
-    return out
+        t, last, seen = time.perf_counter(), 0, 0
+        while rows := conn.execute(
+            "SELECT id, stream_name, version, type, data::text, metadata::text, "
+            "message_id FROM raw_read WHERE id > %s ORDER BY id LIMIT %s",
+            [last, page],
+        ).fetchall():
+            for row in rows:
+                json.loads(row[4])
+            seen += len(rows)
+            last = rows[-1][0]
+        assert seen == count, seen
+        return count / (time.perf_counter() - t)
 
 
-def pgmsg_reads(count: int) -> list[tuple[str, float]]:
-    import pgmsg
+def catch_up(name: str, count: int, batch: int, share: tuple[int, int] | None = None) -> dict:
+    """Run one worker until idle over subscription ``name``: start, end, events handled."""
     from pgmsg.core.worker import Worker
-    from pgmsg.events import subscription_operations, subscriptions
+    from pgmsg.events import subscriptions
+
+    subscriptions.counted["n"] = 0
+    start = time.time()
+    Worker(
+        subscriptions=[name],
+        until_idle=True,
+        install_signal_handlers=False,
+        batch_size=batch,
+        partition=share,
+    ).run()
+    return {"start": start, "end": time.time(), "handled": subscriptions.counted["n"]}
+
+
+def catch_up_process(url: str, name: str, count: int, share, go, results) -> None:
+    common.django_setup(url, migrate=False)
+    declare()
+    go.wait()  # every process set up before the clock starts
+    results.put(catch_up(name, count, 1000, share))
+
+
+def catch_up_processes(url: str, name: str, count: int, processes: int) -> float:
+    """Events/s of ``processes`` worker processes, each serving its share of the partitions,
+    from the first start to the last end (Django set-up excluded)."""
+    context = multiprocessing.get_context("spawn")
+    go, results = context.Event(), context.Queue()
+    children = [
+        context.Process(
+            target=catch_up_process, args=(url, name, count, (i, processes), go, results)
+        )
+        for i in range(processes)
+    ]
+    for child in children:
+        child.start()
+    time.sleep(3)  # Django set-up in each child
+    go.set()
+    runs = [results.get(timeout=600) for _ in children]
+    for child in children:
+        child.join()
+    assert sum(r["handled"] for r in runs) == count, runs
+    return count / (max(r["end"] for r in runs) - min(r["start"] for r in runs))
+
+
+def reads_and_catch_up(url: str, count: int, reps: int) -> list[tuple[str, float]]:
+    """The raw keyset read and pgmsg's catch-up, alternating, ``reps`` times each: medians
+    (every rep's figures are printed)."""
+    import pgmsg
+    from pgmsg.events import subscription_operations
 
     declare()
-    out = []
-    t, after, seen = time.perf_counter(), pgmsg.events.store.START, 0
-    while page := pgmsg.read_all(after, category="bench", limit=1000):
-        seen += len(page)
-        after = page[-1].checkpoint
-    assert seen == count, seen
-    out.append(rate(f"pgmsg read_all(), 1000/page (N={count})", count, time.perf_counter() - t))
-    for partitions in (1, 4):
-        for batch in (100, 1000):
+    runs: dict[str, list[float]] = {}
+
+    def note(label: str, value: float) -> None:
+        runs.setdefault(label, []).append(value)
+        print(f"  {label:<70} {value:>9,.0f} /s", flush=True)
+
+    for _ in range(reps):
+        print(f"  -- uptime: {os.getloadavg()[0]:.1f} (1-min load average)", flush=True)
+        for page in (100, 1000):
+            note(
+                f"raw keyset SELECT + json.loads, {page}/page (N={count})",
+                raw_read(url, count, page),
+            )
+        t, after, seen = time.perf_counter(), pgmsg.events.store.START, 0
+        while page_ := pgmsg.read_all(after, category="bench", limit=1000):
+            seen += len(page_)
+            after = page_[-1].checkpoint
+        assert seen == count, seen
+        note(f"pgmsg read_all(), 1000/page (N={count})", count / (time.perf_counter() - t))
+        for partitions, batch in ((1, 100), (1, 1000), (4, 1000)):
             name = f"bench-catchup-{partitions}"
             subscription_operations.reset(name)
-            subscriptions.counted["n"] = 0
-            t = time.perf_counter()
-            Worker(
-                subscriptions=[name],
-                until_idle=True,
-                install_signal_handlers=False,
-                batch_size=batch,
-            ).run()
-            elapsed = time.perf_counter() - t
-            assert subscriptions.counted["n"] == count, subscriptions.counted
-            out.append(
-                rate(
-                    f"pgmsg subscription catch-up, {partitions} partition(s), "
-                    f"batch {batch} (N={count})",
-                    count,
-                    elapsed,
-                )
+            run = catch_up(name, count, batch)
+            assert run["handled"] == count, run
+            note(
+                f"pgmsg subscription catch-up, {partitions} partition(s), 1 process, "
+                f"batch {batch} (N={count})",
+                count / (run["end"] - run["start"]),
             )
-    return out
+        subscription_operations.reset("bench-catchup-4")
+        note(
+            f"pgmsg subscription catch-up, 4 partition(s), 2 processes, batch 1000 (N={count})",
+            catch_up_processes(url, "bench-catchup-4", count, 2),
+        )
+    print("  medians:")
+    medians = [(label, statistics.median(values)) for label, values in runs.items()]
+    show(medians)
+    return medians
 
 
 # -- lag -----------------------------------------------------------------------------------------
@@ -353,6 +401,10 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--lag-count", type=int, default=300)
     parser.add_argument("--lag-gap", type=float, default=0.02)
+    parser.add_argument("--reps", type=int, default=3, help="repetitions of the catch-up part")
+    parser.add_argument(
+        "--only", default="appends,catchup,lag", help="parts to run (appends, catchup, lag)"
+    )
     args = parser.parse_args()
 
     url = common.scratch_url(SCRATCH_DB)
@@ -364,17 +416,18 @@ def main() -> None:
         f"pgmsg event store benchmark, {time.strftime('%Y-%m-%d %H:%M %Z')}, "
         f"{os.cpu_count()} CPU(s), database {SCRATCH_DB}"
     )
-    print("\nAppends")
-    rows = raw_appends(url, args.single, args.batches)
-    show(rows)
-    rows += (ours := pgmsg_appends(args.single, args.batches))
-    show(ours)
-    print(f"\nCatching up over {args.events:,} events (handler does nothing)")
-    fill(url, args.events)
-    rows += (raw_rows := raw_reads(url, args.events))
-    show(raw_rows)
-    rows += (ours := pgmsg_reads(args.events))
-    show(ours)
+    parts = set(args.only.split(","))
+    rows: list[tuple[str, float]] = []
+    if "appends" in parts:
+        print(f"\nAppends (1-minute load average {os.getloadavg()[0]:.1f})")
+        rows += (raw := raw_appends(url, args.single, args.batches))
+        show(raw)
+        rows += (ours := pgmsg_appends(args.single, args.batches))
+        show(ours)
+    if "catchup" in parts:
+        print(f"\nCatching up over {args.events:,} events (handler does nothing)")
+        fill(url, args.events)
+        rows += reads_and_catch_up(url, args.events, args.reps)
     summary.pairs(
         rows,
         [
@@ -386,16 +439,24 @@ def main() -> None:
             ("append(), 100 events/tx", "pgmsg append(), 100 events/tx", "raw INSERT, 100 rows"),
             (
                 "subscription catch-up, 1 partition, batch 1000",
-                "pgmsg subscription catch-up, 1 partition(s), batch 1000",
+                "pgmsg subscription catch-up, 1 partition(s), 1 process, batch 1000",
                 "raw keyset SELECT + json.loads, 1000/page",
             ),
             (
                 "subscription catch-up, 4 partitions (1 process), batch 1000",
-                "pgmsg subscription catch-up, 4 partition(s), batch 1000",
+                "pgmsg subscription catch-up, 4 partition(s), 1 process, batch 1000",
                 "raw keyset SELECT + json.loads, 1000/page",
+            ),
+            (
+                "subscription catch-up, 4 partitions on 2 processes "
+                "(ratio column: to 1 partition on 1 process)",
+                "pgmsg subscription catch-up, 4 partition(s), 2 processes",
+                "pgmsg subscription catch-up, 1 partition(s), 1 process, batch 1000",
             ),
         ],
     )
+    if "lag" not in parts:
+        return
     print(
         f"\nEnd-to-end lag, {args.lag_count} events {args.lag_gap * 1000:.0f} ms apart "
         "(commit to handler)"

@@ -14,8 +14,7 @@ import random
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable, Sequence
 from typing import Generic, TypeVar
 
 import psycopg
@@ -60,14 +59,22 @@ def current_delivery() -> Delivery | None:
     return _current.get()
 
 
-@contextmanager
-def bound(var: contextvars.ContextVar[T], value: T) -> Iterator[None]:
-    """Set a context variable for the length of a block (what handlers may read)."""
-    token = var.set(value)
-    try:
-        yield
-    finally:
-        var.reset(token)
+class bound(Generic[T]):  # noqa: N801  (used as a function: ``with bound(var, value):``)
+    """Set a context variable for the length of a block (what handlers may read).
+
+    A class rather than a generator context manager: it is entered once or twice per message.
+    """
+
+    __slots__ = ("_token", "_value", "_var")
+
+    def __init__(self, var: contextvars.ContextVar[T], value: T) -> None:
+        self._var, self._value = var, value
+
+    def __enter__(self) -> None:
+        self._token = self._var.set(self._value)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._var.reset(self._token)
 
 
 def delivering(delivery: Delivery):
@@ -115,13 +122,23 @@ def run_batch(
     db = worker.database
     if not conf.get().SAVEPOINT_PER_MESSAGE and not getattr(worker, "careful", False):
         result: BatchResult[Row] = BatchResult()
+        seen: list[Delivery] = []
         try:
             for row in rows:
                 if worker.stopping:
                     break
-                with delivering(delivery(row)):
-                    _timed(handle, row, delivery)
+                current = delivery(row)
+                token = _current.set(current)
+                started = time.perf_counter()
+                try:
+                    handle(row)
+                finally:
+                    _current.reset(token)
+                    metrics.handler_duration(
+                        current.kind, current.name, time.perf_counter() - started
+                    )
                 result.done.append(row)
+                seen.append(current)
         except CONNECTION_LOST:
             raise
         except Exception as exc:
@@ -132,7 +149,7 @@ def run_batch(
             # behind by a batch that aborted for a crash.
             worker.withdraw_claim()
             raise Redo(f"a handler failed on the fast path: {exc}") from exc
-        _account(db, result, delivery)
+        _account(db, seen, [])
         return result
     result = BatchResult()
     blocked: set[Hashable] = set()
@@ -152,7 +169,9 @@ def run_batch(
                 blocked.add(group(row))
         else:
             result.done.append(row)
-    _account(db, result, delivery)
+    _account(
+        db, [delivery(row) for row in result.done], [delivery(row) for row, _ in result.failed]
+    )
     return result
 
 
@@ -172,14 +191,13 @@ def _timed(handle: Callable[[Row], None], row: Row, delivery: Callable[[Row], De
         metrics.handler_duration(seen.kind, seen.name, time.perf_counter() - started)
 
 
-def _account(db: str, result: BatchResult[Row], delivery: Callable[[Row], Delivery]) -> None:
+def _account(db: str, done: list[Delivery], failed: list[Delivery]) -> None:
     """Record the batch in pgmsg_throughput (in the claim transaction) and count it in the
     Prometheus counters once that transaction commits."""
-    done = [(d.kind, d.name) for d in map(delivery, result.done)]
-    failed = Counter((d.kind, d.name) for d in (delivery(row) for row, _ in result.failed))
-    throughput.record(db, Counter(done), failed)
-    if done:
-        transaction.on_commit(lambda: metrics.handled(done), using=db)
+    handled = [(d.kind, d.name) for d in done]
+    throughput.record(db, Counter(handled), Counter((d.kind, d.name) for d in failed))
+    if handled:
+        transaction.on_commit(lambda: metrics.handled(handled), using=db)
 
 
 # -- the failure rule -----------------------------------------------------------------------

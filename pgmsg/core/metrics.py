@@ -103,7 +103,13 @@ def failed(kind: str, name: str, *, give_up: bool) -> None:
 
 
 def handler_duration(kind: str, name: str, seconds: float) -> None:
-    _get("duration").labels(KINDS.get(kind, kind), name).observe(seconds)
+    _duration(kind, name).observe(seconds)
+
+
+@functools.cache
+def _duration(kind: str, name: str) -> Any:
+    # Called once per message: look the labelled child up once per source, not every time.
+    return _get("duration").labels(KINDS.get(kind, kind), name)
 
 
 def claimed(source_label: str, count: int) -> None:

@@ -44,10 +44,14 @@ class _Encoder(DjangoJSONEncoder):
 _NUL_RE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
+#: What json.dumps(value, cls=_Encoder, ...) would build on every call, built once.
+_ENCODER = _Encoder(separators=(",", ":"), allow_nan=False)
+
+
 def dumps(value: Any) -> str:
     """JSON text of a dataclass instance or plain value; a clear error for what JSON can't hold."""
     try:
-        text = json.dumps(value, cls=_Encoder, separators=(",", ":"), allow_nan=False)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         raise errors.PayloadError(f"cannot encode payload {value!r} as JSON: {exc}") from exc
     if "u0000" in text and _NUL_RE.search(text):
@@ -63,9 +67,13 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def load(cls: type, data: Any) -> Any:
-    """Build an instance of dataclass ``cls`` from decoded JSON, converting by type hints."""
-    return _load_dataclass(cls, data, cls.__name__)
+def load(cls: type, data: Any, **given: Any) -> Any:
+    """Build an instance of dataclass ``cls`` from decoded JSON, converting by type hints.
+
+    ``given``: more constructor arguments, taken as they are (an event's stored message id and
+    metadata, so that their default factories do not run for nothing).
+    """
+    return _load_dataclass(cls, data, cls.__name__, given)
 
 
 # JSON already yields these exact types; a value of exactly that type needs no conversion.
@@ -73,15 +81,15 @@ _PASS_THROUGH = {str: (str,), int: (int,), bool: (bool,), float: (float,)}
 
 
 @cache
-def _plan(cls: type) -> tuple[frozenset, list[str], dict[str, tuple[Any, tuple]]]:
+def _plan(cls: type) -> tuple[frozenset, frozenset, dict[str, tuple[Any, tuple]]]:
     """Per dataclass, computed once: field names, required names, and (hint, pass-through)."""
     hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    required = [
+    required = frozenset(
         name
         for name, f in fields.items()
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-    ]
+    )
     return (
         frozenset(fields),
         required,
@@ -89,13 +97,14 @@ def _plan(cls: type) -> tuple[frozenset, list[str], dict[str, tuple[Any, tuple]]
     )
 
 
-def _load_dataclass(cls: type, value: Any, path: str) -> Any:
+def _load_dataclass(cls: type, value: Any, path: str, given: dict | None = None) -> Any:
     if not isinstance(value, dict):
         raise errors.PayloadError(f"{path}: expected a JSON object, got {value!r}")
     names, required, fields = _plan(cls)
-    if not names.issuperset(value) or not all(name in value for name in required):
+    keys = value.keys()
+    if not (names >= keys and keys >= required):
         unknown = sorted(set(value) - names)
-        missing = [name for name in required if name not in value]
+        missing = [name for name in fields if name in required and name not in keys]
         problems = ([f"missing field(s) {missing}"] if missing else []) + (
             [f"unknown field(s) {unknown}"] if unknown else []
         )
@@ -104,6 +113,8 @@ def _load_dataclass(cls: type, value: Any, path: str) -> Any:
     for key, item in value.items():
         hint, exact = fields[key]
         kwargs[key] = item if type(item) in exact else _convert(hint, item, f"{path}.{key}")
+    if given:
+        kwargs.update(given)
     return cls(**kwargs)
 
 

@@ -3,8 +3,9 @@
 -- The upsert locks the stream row (concurrent appends to one stream wait here, one after the
 -- other; ON CONFLICT DO UPDATE works on the latest committed row, whatever the statement's
 -- snapshot), moves its version unless the expected version differs, and hands the new version
--- and read-order transaction id to the events. Fewer rows returned than events given means a
--- version mismatch or a stored message id: the caller rolls back and looks closer.
+-- and read-order transaction id to the events. No row returned means a version mismatch
+-- (nothing was written); a stored message id fails the statement (unique violation). Either
+-- way the caller looks closer. Being one statement, it needs no transaction of its own.
 -- transaction_id is this transaction's id, raised to that of the stream's previous append when
 -- lower: a transaction that started earlier but appends later must sort after it.
 WITH stream AS (
@@ -21,10 +22,9 @@ INSERT INTO pgmsg_event
 SELECT %(stream)s, %(category)s, s.version - %(count)s + e.n, e.type, e.data::jsonb,
        e.metadata::jsonb, e.message_id, s.transaction_id
 FROM stream AS s,
-     unnest(%(types)s::text[], %(data)s::text[], %(metadata)s::text[], %(ids)s::uuid[])
+     unnest(%(types)b::text[], %(data)b::text[], %(metadata)b::text[], %(ids)b::uuid[])
      WITH ORDINALITY AS e(type, data, metadata, message_id, n)
 ORDER BY e.n
-ON CONFLICT (message_id) DO NOTHING
 RETURNING version;
 
 -- name: append_exact
@@ -42,10 +42,9 @@ INSERT INTO pgmsg_event
 SELECT %(stream)s, %(category)s, s.version - %(count)s + e.n, e.type, e.data::jsonb,
        e.metadata::jsonb, e.message_id, s.transaction_id
 FROM stream AS s,
-     unnest(%(types)s::text[], %(data)s::text[], %(metadata)s::text[], %(ids)s::uuid[])
+     unnest(%(types)b::text[], %(data)b::text[], %(metadata)b::text[], %(ids)b::uuid[])
      WITH ORDINALITY AS e(type, data, metadata, message_id, n)
 ORDER BY e.n
-ON CONFLICT (message_id) DO NOTHING
 RETURNING version;
 
 -- name: lock_stream
@@ -64,7 +63,7 @@ SELECT version FROM pgmsg_stream WHERE name = %(stream)s;
 
 -- name: read_stream_forwards
 SELECT position, transaction_id::text AS xid, stream_name, version, type, data::text, metadata::text,
-       message_id, recorded_at
+       message_id, (extract(epoch FROM recorded_at) * 1000000)::bigint AS recorded_at_us
 FROM pgmsg_event
 WHERE stream_name = %(stream)s AND version >= %(version)s
 ORDER BY version
@@ -72,7 +71,7 @@ LIMIT %(limit)s;
 
 -- name: read_stream_backwards
 SELECT position, transaction_id::text AS xid, stream_name, version, type, data::text, metadata::text,
-       message_id, recorded_at
+       message_id, (extract(epoch FROM recorded_at) * 1000000)::bigint AS recorded_at_us
 FROM pgmsg_event
 WHERE stream_name = %(stream)s AND version <= %(version)s
 ORDER BY version DESC
@@ -84,7 +83,7 @@ LIMIT %(limit)s;
 -- Optional filters: category, types, and one partition of N by a hash of the partition key
 -- (stream name, or a data / metadata field).
 SELECT position, transaction_id::text AS xid, stream_name, version, type, data::text, metadata::text,
-       message_id, recorded_at
+       message_id, (extract(epoch FROM recorded_at) * 1000000)::bigint AS recorded_at_us
 FROM pgmsg_event
 WHERE (transaction_id, position) > (%(xid)s::text::xid8, %(position)s::bigint)
   AND transaction_id < %(xmin)s::text::xid8

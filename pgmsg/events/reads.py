@@ -39,7 +39,7 @@ def read_stream(
             QUERIES["read_stream_backwards" if backwards else "read_stream_forwards"],
             {"stream": stream, "version": start, "limit": limit},
         )
-        return [RecordedEvent.from_row(row) for row in cursor.fetchall()]
+        return RecordedEvent.from_rows(cursor.fetchall())
 
 
 def read_all(
@@ -118,7 +118,7 @@ def read_ordered(
             "limit": limit,
         },
     )
-    return [RecordedEvent.from_row(row) for row in cursor.fetchall()]
+    return RecordedEvent.from_rows(cursor.fetchall())
 
 
 def checkpoint_of(position: int) -> Checkpoint:

@@ -13,7 +13,10 @@ import uuid
 from collections.abc import Iterable
 from typing import Any, ClassVar, NamedTuple, dataclass_transform
 
-from django.db import connections, transaction
+import psycopg
+from django.conf import settings
+from django.db import IntegrityError, connections, transaction
+from django.utils import timezone
 
 from pgmsg.core import batch, conf, errors, names, payloads, sql
 
@@ -182,6 +185,10 @@ class Checkpoint(NamedTuple):
 #: Before the first event.
 START = Checkpoint(0, 0)
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+#: A message id stored already, as Django or psycopg raises it.
+_STORED_ID = (IntegrityError, psycopg.IntegrityError)
+
 
 def as_checkpoint(value: Any) -> Checkpoint:
     """``value`` as a Checkpoint: None means START; a stored pair of ints is accepted."""
@@ -226,26 +233,38 @@ class RecordedEvent:
     def event(self) -> Event:
         """The typed event (raises UnknownEventType or PayloadError if it cannot be built)."""
         if self._event is None:
-            event = payloads.load(event_class(self.type), self.data)
-            event.message_id = self.message_id
-            event.metadata = dict(self.metadata)
-            self._event = event
+            self._event = payloads.load(
+                event_class(self.type),
+                self.data,
+                message_id=self.message_id,
+                metadata=dict(self.metadata),
+            )
         return self._event
 
     @classmethod
-    def from_row(cls, row: tuple) -> RecordedEvent:
-        position, xid, stream, version, type_, data, metadata, message_id, recorded_at = row
-        return cls(
-            position,
-            int(xid),
-            stream,
-            version,
-            type_,
-            json.loads(data),
-            json.loads(metadata),
-            message_id,
-            recorded_at,
-        )
+    def from_rows(cls, rows: Iterable[tuple]) -> list[RecordedEvent]:
+        """RecordedEvents of rows selected as read_ordered selects them."""
+        # The time comes as microseconds since the epoch: a tenth of the cost of parsing the
+        # text form, paid once per event read.
+        naive = not settings.USE_TZ
+        loads, epoch, delta = json.loads, _EPOCH, dt.timedelta
+        out = []
+        for position, xid, stream, version, type_, data, metadata, message_id, us in rows:
+            recorded_at = epoch + delta(microseconds=us)
+            out.append(
+                cls(
+                    position,
+                    int(xid),
+                    stream,
+                    version,
+                    type_,
+                    loads(data),
+                    {} if metadata == "{}" else loads(metadata),
+                    message_id,
+                    timezone.make_naive(recorded_at) if naive else recorded_at,
+                )
+            )
+        return out
 
 
 # -- appending -----------------------------------------------------------------------------------
@@ -301,7 +320,7 @@ def append(
             payloads.check_decodes(
                 type(event), data[-1], what=f"cannot append {event.pgmsg_type!r} to {stream!r}"
             )
-        metadata.append(payloads.dumps(event.metadata))
+        metadata.append(payloads.dumps(event.metadata) if event.metadata else "{}")
         ids.append(_message_id(event))
     if len(set(ids)) != len(ids):
         raise errors.DuplicateMessageId(
@@ -319,16 +338,21 @@ def append(
         "ids": ids,
     }
     db = conf.get().DATABASE
+    connection = connections[db]
     try:
-        with transaction.atomic(using=db), connections[db].cursor() as cursor:
-            version = _insert(cursor, params, None if expected is ANY else expected)
-            if version is None:
-                raise _LookCloser  # roll back what the statement did, then find out why
-        return version
-    except _LookCloser:
-        pass
+        if connection.get_autocommit():
+            # No transaction open: the one statement is atomic by itself, and a failed one
+            # wrote nothing; BEGIN and COMMIT would only add two round trips.
+            version = _insert(connection, params, None if expected is ANY else expected)
+        else:
+            with transaction.atomic(using=db):
+                version = _insert(connection, params, None if expected is ANY else expected)
+        if version is not None:
+            return version
+    except _STORED_ID:
+        pass  # a stored message id: the statement (or its savepoint) wrote nothing
     # A version mismatch or a stored message id: decide with the stream locked.
-    with transaction.atomic(using=db), connections[db].cursor() as cursor:
+    with transaction.atomic(using=db), connection.cursor() as cursor:
         cursor.execute(QUERIES["lock_stream"], {"stream": stream})
         current = cursor.fetchone()[0]
         cursor.execute(QUERIES["stored_messages"], {"ids": ids})
@@ -337,7 +361,11 @@ def append(
             return _already_stored(stream, ids, stored)
         if expected is not ANY and expected != current:
             raise errors.ConcurrencyError(stream, expected_version, current)
-        version = _insert(cursor, params, current)
+        try:
+            with transaction.atomic(using=db):
+                version = _insert(connection, params, current)
+        except _STORED_ID:
+            version = None
         if version is None:  # an id stored meanwhile by an append to another stream
             raise errors.DuplicateMessageId(
                 f"append to {stream!r}: a message id was stored by another append meanwhile; "
@@ -346,15 +374,17 @@ def append(
         return version
 
 
-class _LookCloser(Exception):
-    pass
-
-
-def _insert(cursor, params: dict, expected: int | None) -> int | None:
-    """Run the one-statement append; the new version, or None if not every event went in."""
+def _insert(connection, params: dict, expected: int | None) -> int | None:
+    """Run the one-statement append on Django ``connection``; the new version, or None on a
+    version mismatch (nothing written). A stored message id raises an IntegrityError."""
     statement = "append_exact" if expected else "append_any"
-    cursor.execute(QUERIES[statement], {**params, "expected": expected})
-    versions = [row[0] for row in cursor.fetchall()]
+    connection.ensure_connection()
+    # A server-binding cursor on Django's connection (same session, same transaction): the
+    # arrays go as parameters instead of being quoted into the text element by element, which
+    # was a third of the Python time of a 100-event append.
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(QUERIES[statement], {**params, "expected": expected})
+        versions = [row[0] for row in cursor.fetchall()]
     return max(versions) if len(versions) == params["count"] else None
 
 

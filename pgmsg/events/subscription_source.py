@@ -35,6 +35,9 @@ class SubscriptionSource:
             self.label += f" (share {part}/{parts})"
         self.mine = [p for p in range(sub.partitions) if p % parts == part]
         self._ready = False
+        # The last batch filled a partition's read: more is waiting, so the next batch skips
+        # the look for idle partitions (two round trips) and goes to the partitions at once.
+        self._busy = False
         # The event trigger wakes "events:<category>" with "events" as its scope, so a
         # subscription to every category declares itself idle for "events".
         category = sub.category
@@ -59,50 +62,58 @@ class SubscriptionSource:
                 with transaction.atomic(using=db):
                     ensure_partitions(self.sub, cursor)
                 self._ready = True
+            # One horizon for every partition of this round: read in an earlier statement
+            # than each partition's read, so every transaction below it has ended by then.
             xmin = reads.read_horizon(cursor)
-            cursor.execute(
-                QUERIES["due_partitions"], {"subscription": self.sub.name, "partitions": self.mine}
-            )
-            rows = cursor.fetchall()
-            if not rows:
-                return 0
-            due = [row[0] for row in rows]
-            lowest = min(Checkpoint(row[1], row[2]) for row in rows)
-            # One cheap look for the whole subscription before a transaction per partition:
-            # when nothing it handles lies between its lowest checkpoint and the horizon,
-            # every partition may move to the horizon at once.
-            if not reads.read_ordered(
-                cursor,
-                after=lowest,
-                xmin=xmin,
-                category=self.sub.category,
-                types=self.sub.types,
-                limit=1,
-            ):
-                cursor.execute(
-                    QUERIES["advance_idle"],
-                    {
-                        "subscription": self.sub.name,
-                        "partitions": due,
-                        "xid": xmin,
-                        "low_xid": lowest.transaction_id,
-                        "low_position": lowest.position,
-                    },
-                )
-                return 0
-        claimed = 0
+            due = self.mine if self._busy else self._due_or_advance(cursor, xmin)
+        claimed, busy = 0, False
         for partition in due:
             if worker.stopping:
                 break
-            claimed += self._process_partition(worker, partition)
+            read = self._process_partition(worker, partition, xmin)
+            claimed += read
+            busy = busy or read >= worker.batch_size
+        self._busy = busy
         return claimed
 
-    def _process_partition(self, worker: Worker, partition: int) -> int:
+    def _due_or_advance(self, cursor, xmin: int) -> list[int]:
+        """The partitions worth a transaction each; none when nothing the subscription handles
+        lies between their lowest checkpoint and the horizon (then the idle ones move there)."""
+        cursor.execute(
+            QUERIES["due_partitions"], {"subscription": self.sub.name, "partitions": self.mine}
+        )
+        rows = cursor.fetchall()
+        if not rows:
+            return []
+        due = [row[0] for row in rows]
+        lowest = min(Checkpoint(row[1], row[2]) for row in rows)
+        # One cheap look for the whole subscription before a transaction per partition:
+        # when nothing it handles lies between its lowest checkpoint and the horizon,
+        # every partition may move to the horizon at once.
+        if reads.read_ordered(
+            cursor,
+            after=lowest,
+            xmin=xmin,
+            category=self.sub.category,
+            types=self.sub.types,
+            limit=1,
+        ):
+            return due
+        cursor.execute(
+            QUERIES["advance_idle"],
+            {
+                "subscription": self.sub.name,
+                "partitions": due,
+                "xid": xmin,
+                "low_xid": lowest.transaction_id,
+                "low_position": lowest.position,
+            },
+        )
+        return []
+
+    def _process_partition(self, worker: Worker, partition: int, xmin: int) -> int:
         db, sub = worker.database, self.sub
         with transaction.atomic(using=db), connections[db].cursor() as cursor:
-            # The horizon first: locking the row gives this transaction an id, which would
-            # hold the horizon back to itself.
-            xmin = reads.read_horizon(cursor)
             cursor.execute(
                 QUERIES["lock_partition"], {"subscription": sub.name, "partition": partition}
             )

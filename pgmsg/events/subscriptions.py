@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable
 from typing import Any, Literal
+
+from psycopg import sql as pgsql
 
 from pgmsg.core import errors, names, sql
 from pgmsg.events import store as events
@@ -192,3 +195,49 @@ def ensure_partitions(sub: Subscription, cursor) -> None:
             "use a new subscription name, or delete its rows from pgmsg_subscription_partition "
             "and let it start again"
         )
+    ensure_partition_index(sub, cursor)
+
+
+def partition_index(sub: Subscription) -> tuple[str, pgsql.Composed] | None:
+    """The name and CREATE INDEX statement of the index that serves ``sub``'s partition reads
+    (None for one partition: the category or read-order index serves it).
+
+    Subscriptions with the same category (or none), partition key and count share one index.
+    """
+    if sub.partitions == 1:
+        return None
+    if sub.key_source == "stream":
+        key = pgsql.SQL("stream_name")
+    else:
+        key = pgsql.SQL("coalesce({} ->> {}, '')").format(
+            pgsql.Identifier(sub.key_source), pgsql.Literal(sub.key)
+        )
+    what = f"{sub.category is not None}:{sub.key_source}:{sub.key}:{sub.partitions}"
+    digest = hashlib.sha256(what.encode()).hexdigest()[:10]
+    name = f"pgmsg_event_part_{sub.partitions}_{digest}"
+    statement = pgsql.SQL(QUERIES["create_partition_index"]).format(
+        name=pgsql.Identifier(name),
+        leading=pgsql.SQL("category, " if sub.category is not None else ""),
+        key=key,
+        partitions=pgsql.Literal(sub.partitions),
+    )
+    return name, statement
+
+
+def ensure_partition_index(sub: Subscription, cursor) -> None:
+    """Create the index of ``sub``'s partition reads if it is missing.
+
+    Looked up first, so that a worker start does not lock the event table when the index is
+    there. Building it on a large store blocks appends while it runs: create it beforehand with
+    ``CREATE INDEX CONCURRENTLY`` (docs/events.md), or let the first worker build it at a quiet
+    time.
+    """
+    index = partition_index(sub)
+    if index is None:
+        return
+    name, statement = index
+    cursor.execute(QUERIES["partition_index_exists"], {"name": name})
+    if cursor.fetchone()[0]:
+        return
+    cursor.execute(QUERIES["lock_partition_indexes"])
+    cursor.execute(statement)

@@ -15,6 +15,23 @@ ON CONFLICT (subscription, partition) DO NOTHING;
 SELECT count(*), max(partition) FROM pgmsg_subscription_partition
 WHERE subscription = %(subscription)s;
 
+-- name: partition_index_exists
+SELECT to_regclass(%(name)s) IS NOT NULL;
+
+-- name: lock_partition_indexes
+-- One creator of partition indexes at a time (two workers starting together would otherwise
+-- race to create the same index name).
+SELECT pg_advisory_xact_lock(1885826371, 0);
+
+-- name: create_partition_index
+-- A format template (names and literals filled in by subscriptions.partition_index, never from
+-- a parameter): the partition's bucket as read_ordered computes it, after the category when
+-- the subscription has one, then the read order. With it, a partition's read is one range of
+-- this index holding only its own events; the planner matches the expression because the
+-- bucket count and key reach the server as literals (Django binds on the client).
+CREATE INDEX IF NOT EXISTS {name} ON pgmsg_event
+    ({leading}abs(mod(hashtextextended({key}, 0), {partitions})), transaction_id, position);
+
 -- name: due_partitions
 -- Partitions worth a look, with their checkpoints (no lock here: lock_partition decides).
 SELECT partition, checkpoint_transaction, checkpoint_position FROM pgmsg_subscription_partition

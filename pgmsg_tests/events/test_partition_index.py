@@ -1,0 +1,95 @@
+"""Each subscription partition reads only its own events: its read is a range of an index whose
+key holds the partition's bucket, not a scan of every event filtered by a hash."""
+
+import pytest
+from django.db import connection, transaction
+
+import pgmsg
+from pgmsg.events import reads, subscriptions
+from pgmsg.events.store import QUERIES as EVENT_QUERIES
+from pgmsg.events.store import START
+from pgmsg_tests.testapp.events_handlers import Step
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def read_plan(sub: pgmsg.Subscription, partition: int) -> str:
+    """EXPLAIN of the read a worker makes for one partition (the statement and parameters of
+    reads.read_ordered), with sequential scans ruled out so that a tiny table still shows
+    which index the read can use."""
+    params = {
+        "xid": str(START.transaction_id),
+        "position": START.position,
+        "xmin": "100000000",
+        "category": sub.category,
+        "types": None,
+        "partitions": sub.partitions,
+        "partition": partition,
+        "key_source": sub.key_source,
+        "key": sub.key,
+        "limit": 1000,
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        subscriptions.ensure_partitions(sub, cursor)
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + EVENT_QUERIES["read_ordered"], params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+@pytest.mark.parametrize(
+    ("category", "partition_by"),
+    [("seq", "stream"), ("seq", "data.n"), (None, "stream"), (None, "metadata.tenant")],
+)
+def test_a_partition_read_is_an_index_range_of_its_own_bucket(category, partition_by):
+    name = f"test-index-{category or 'all'}-{partition_by.replace('.', '-')}"
+    sub = pgmsg.Subscription(name, category=category, partitions=3, partition_by=partition_by)
+    index_name, _ = subscriptions.partition_index(sub)
+    pgmsg.append("seq-1", [Step(n=i) for i in range(5)])
+
+    plan = read_plan(sub, 2)
+
+    assert f"Index Scan using {index_name}" in plan, plan
+    condition = next(line for line in plan.splitlines() if "Index Cond" in line)
+    assert "hashtextextended" in condition, plan
+    assert "Filter" not in plan, plan  # nothing read is thrown away
+
+
+def test_subscriptions_with_the_same_key_and_count_share_one_index():
+    first = pgmsg.Subscription("test-index-share-a", category="seq", partitions=5)
+    second = pgmsg.Subscription("test-index-share-b", category="seq", partitions=5)
+    other = pgmsg.Subscription("test-index-share-c", category="seq", partitions=6)
+    assert subscriptions.partition_index(first)[0] == subscriptions.partition_index(second)[0]
+    assert subscriptions.partition_index(first)[0] != subscriptions.partition_index(other)[0]
+    assert subscriptions.partition_index(pgmsg.Subscription("test-index-one", partitions=1)) is None
+
+
+def test_the_indexed_read_returns_what_the_hash_filter_returns():
+    pgmsg.append("seq-a", [Step(n=i) for i in range(3)])
+    pgmsg.append("seq-b", [Step(n=i) for i in range(3)])
+    pgmsg.append("seq-c", [Step(n=i) for i in range(3)])
+    sub = pgmsg.Subscription("test-index-same", category="seq", partitions=2)
+    with connection.cursor() as cursor:
+        xmin = reads.read_horizon(cursor)
+        seen_before = [[e.position for e in read_partition(cursor, sub, p, xmin)] for p in range(2)]
+        with transaction.atomic():
+            subscriptions.ensure_partitions(sub, cursor)
+        seen_after = [[e.position for e in read_partition(cursor, sub, p, xmin)] for p in range(2)]
+        cursor.execute(
+            "SELECT position FROM pgmsg_event WHERE category = 'seq' "
+            "AND transaction_id < %s::text::xid8",
+            [str(xmin)],
+        )
+        every = {row[0] for row in cursor.fetchall()}
+    assert seen_after == seen_before
+    assert sorted(seen_after[0] + seen_after[1]) == sorted(every)
+
+
+def read_partition(cursor, sub, partition, xmin):
+    return reads.read_ordered(
+        cursor,
+        after=START,
+        xmin=xmin,
+        category=sub.category,
+        partition=(partition, sub.partitions, sub.key_source, sub.key),
+        limit=1000,
+    )
