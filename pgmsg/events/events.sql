@@ -4,7 +4,8 @@
 -- other; ON CONFLICT DO UPDATE works on the latest committed row, whatever the statement's
 -- snapshot), moves its version unless the expected version differs, and hands the new version
 -- and read-order transaction id to the events. Fewer rows returned than events given means a
--- version mismatch or a stored message id: the caller rolls back and looks closer.
+-- version mismatch or a stored message id (skipped by the first-append trigger): the caller
+-- rolls back and looks closer.
 -- transaction_id is this transaction's id, raised to that of the stream's previous append when
 -- lower: a transaction that started earlier but appends later must sort after it.
 WITH stream AS (
@@ -24,7 +25,6 @@ FROM stream AS s,
      unnest(%(types)s::text[], %(data)s::text[], %(metadata)s::text[], %(ids)s::uuid[])
      WITH ORDINALITY AS e(type, data, metadata, message_id, n)
 ORDER BY e.n
-ON CONFLICT (message_id) DO NOTHING
 RETURNING version;
 
 -- name: append_exact
@@ -45,7 +45,6 @@ FROM stream AS s,
      unnest(%(types)s::text[], %(data)s::text[], %(metadata)s::text[], %(ids)s::uuid[])
      WITH ORDINALITY AS e(type, data, metadata, message_id, n)
 ORDER BY e.n
-ON CONFLICT (message_id) DO NOTHING
 RETURNING version;
 
 -- name: lock_stream

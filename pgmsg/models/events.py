@@ -29,6 +29,12 @@ class StoredEvent(models.Model):
     Django has no xid8 field): the appending transaction's id, raised to the stream's previous
     event's value when lower, so that ``(transaction_id, position)`` is a gap-free read order
     that keeps each stream's version order (see docs/events.md).
+
+    The table is partitioned by month of ``recorded_at`` (docs/storage.md), so that old months
+    can be archived to Parquet and dropped: its primary key in the database is
+    ``(position, recorded_at)``. PostgreSQL has no unique index across partitions that leaves
+    the partition key out: a stream's versions stay unique because every append holds the
+    stream's row lock while it numbers them, and message ids by the first-append trigger.
     """
 
     position = models.BigAutoField(primary_key=True)
@@ -40,16 +46,38 @@ class StoredEvent(models.Model):
     data = models.JSONField()
     #: correlation_id and causation_id, and whatever the appender adds.
     metadata = models.JSONField(default=dict)
-    message_id = models.UUIDField(unique=True)
+    message_id = models.UUIDField(db_index=True)
     recorded_at = models.DateTimeField(db_default=Now())
 
     class Meta:
         db_table = "pgmsg_event"
         verbose_name = "event"
-        constraints = [
-            models.UniqueConstraint(fields=["stream_name", "version"], name="pgmsg_event_version"),
+        indexes = [
+            # A stream's events in version order (unique in practice: see above).
+            models.Index(fields=["stream_name", "version"], name="pgmsg_event_version"),
         ]
         triggers = [
+            # Idempotency across partitions: an event whose message id is stored already is
+            # skipped (the append sees fewer rows and looks closer, as before). The advisory
+            # lock makes a concurrent append of the same id wait for the first one's commit,
+            # then see it (READ COMMITTED); REPEATABLE READ could not see it and is refused.
+            pgtrigger.Trigger(
+                name="pgmsg_event_first_append",
+                level=pgtrigger.Row,
+                when=pgtrigger.Before,
+                operation=pgtrigger.Insert,
+                func=(
+                    "IF current_setting('transaction_isolation') = 'repeatable read' THEN "
+                    "RAISE EXCEPTION 'pgmsg: event %: append in a READ COMMITTED or "
+                    "SERIALIZABLE transaction (REPEATABLE READ cannot see a concurrent first "
+                    "copy)', NEW.message_id USING ERRCODE = 'feature_not_supported'; END IF; "
+                    "PERFORM pg_advisory_xact_lock(hashtext('pgmsg.event.key'), "
+                    "hashtext(NEW.message_id::text)); "
+                    "IF EXISTS (SELECT FROM pgmsg_event WHERE message_id = NEW.message_id "
+                    "AND position IS DISTINCT FROM NEW.position) THEN RETURN NULL; END IF; "
+                    "RETURN NEW;"
+                ),
+            ),
             # One wake-up per category per statement ("events:<category>"), only while a worker
             # serving that category (or every category: "events") is idle (core/wake.py).
             pgtrigger.Trigger(
