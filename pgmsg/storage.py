@@ -5,10 +5,14 @@ from __future__ import annotations
 from django.db import connections
 
 from pgmsg.core import conf, partitions
+from pgmsg.events import partitions as event_partitions
 from pgmsg.inbox import retention as inbox_retention
 
 #: The partitioned tables, each with the function that makes its partitions ahead.
-TABLES = {inbox_retention.TABLE: inbox_retention.ensure_partitions}
+TABLES = {
+    event_partitions.TABLE: event_partitions.ensure_partitions,
+    inbox_retention.TABLE: inbox_retention.ensure_partitions,
+}
 
 
 def ensure_partitions() -> list[str]:

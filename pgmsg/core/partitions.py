@@ -66,6 +66,17 @@ def week_name(table: str, start: dt.datetime) -> str:
     return f"{table}_p{start:%Y%m%d}"
 
 
+def month_start(moment: dt.datetime, months: int = 0) -> dt.datetime:
+    """The first instant (UTC) of the month ``months`` after that of ``moment``."""
+    moment = moment.astimezone(dt.UTC)
+    index = moment.year * 12 + moment.month - 1 + months
+    return dt.datetime(index // 12, index % 12 + 1, 1, tzinfo=dt.UTC)
+
+
+def month_name(table: str, start: dt.datetime) -> str:
+    return f"{table}_p{start:%Y%m}"
+
+
 def create(cursor, table: str, name: str, lower: Any, upper: Any) -> None:
     """Create partition ``name`` of ``table`` for [lower, upper)."""
     statement = pgsql.SQL(QUERIES["create_partition"]).format(
@@ -83,15 +94,25 @@ def ensure_weeks(cursor, table: str, *, ahead: int, now: dt.datetime | None = No
     """Create the weekly partitions of ``table`` missing from this week to ``ahead`` weeks on
     (run inside a transaction). A week that an existing partition overlaps is left alone.
     Returns the names created."""
+    first = week_start(now or dt.datetime.now(dt.UTC))
+    ranges = [(first + n * WEEK, first + (n + 1) * WEEK) for n in range(ahead + 1)]
+    return _ensure(cursor, table, [(week_name(table, lo), lo, hi) for lo, hi in ranges])
+
+
+def ensure_months(cursor, table: str, *, ahead: int, now: dt.datetime | None = None) -> list[str]:
+    """ensure_weeks() by calendar month (UTC)."""
+    now = now or dt.datetime.now(dt.UTC)
+    ranges = [(month_start(now, n), month_start(now, n + 1)) for n in range(ahead + 1)]
+    return _ensure(cursor, table, [(month_name(table, lo), lo, hi) for lo, hi in ranges])
+
+
+def _ensure(cursor, table: str, wanted: list[tuple[str, dt.datetime, dt.datetime]]) -> list[str]:
     existing = [p for p in partitions(cursor, table) if not p.is_default]
     spans = [(p.lower_time(), p.upper_time()) for p in existing]
-    first = week_start(now or dt.datetime.now(dt.UTC))
     created = []
-    for n in range(ahead + 1):
-        lower, upper = first + n * WEEK, first + (n + 1) * WEEK
+    for name, lower, upper in wanted:
         if any(lo < upper and lower < hi for lo, hi in spans):  # type: ignore[operator]
             continue
-        name = week_name(table, lower)
         create(cursor, table, name, lower, upper)
         created.append(name)
     return created

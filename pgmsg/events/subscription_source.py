@@ -6,6 +6,7 @@ from django.db import connections, transaction
 
 from pgmsg.core import batch, errors, sources
 from pgmsg.core.sources import Worker
+from pgmsg.events import partitions as store_partitions
 from pgmsg.events import reads
 from pgmsg.events import store as events
 from pgmsg.events.store import Checkpoint, RecordedEvent
@@ -35,6 +36,7 @@ class SubscriptionSource:
             self.label += f" (share {part}/{parts})"
         self.mine = [p for p in range(sub.partitions) if p % parts == part]
         self._ready = False
+        self._maintenance = store_partitions.Maintenance()
         # The event trigger wakes "events:<category>" with "events" as its scope, so a
         # subscription to every category declares itself idle for "events".
         category = sub.category
@@ -54,6 +56,10 @@ class SubscriptionSource:
 
     def process_batch(self, worker: Worker) -> int:
         db = worker.database
+        # The event store's monthly partitions are made ahead by the worker's first
+        # subscription source (docs/storage.md).
+        if self is next(s for s in worker.sources if isinstance(s, SubscriptionSource)):
+            self._maintenance.maybe_run()
         with connections[db].cursor() as cursor:
             if not self._ready:
                 with transaction.atomic(using=db):

@@ -35,13 +35,17 @@ NOT_EXPLAINABLE = {
     ("partitions.sql", "drop_partition"),
     ("partitions.sql", "lock_timeout"),
     ("retention.sql", "lock_partition"),
+    ("archive.sql", "lock_partition"),
     ("retention.sql", "keep_rows"),
     ("retention.sql", "count_kept_by_kind"),
     ("retention.sql", "empty_partition"),
     ("retention.sql", "restore_kept"),
 }
-#: Statements about one partition: checked on the inbox's default partition.
-PARTITION_IDENTIFIERS = {"partition": "pgmsg_inbox_message_default"}
+#: Statements about one partition: checked on the default partition of their table.
+PARTITION_IDENTIFIERS = {
+    "retention.sql": {"partition": "pgmsg_inbox_message_default"},
+    "archive.sql": {"partition": "pgmsg_event_default"},
+}
 _PARAM = re.compile(r"%\((\w+)\)s")
 #: The export's statements name the exported table's columns: check them on the event table.
 EXPORT_IDENTIFIERS = {
@@ -76,6 +80,7 @@ def test_every_sql_file_is_found():
         "outbox.sql",
         "partitions.sql",
         "retention.sql",
+        "archive.sql",
     }
 
 
@@ -92,8 +97,8 @@ def test_every_named_statement_is_used(path, name, text):
 def test_postgresql_accepts_every_named_statement(path, name, text):
     if name in FRAGMENTS or (path.name, name) in NOT_EXPLAINABLE:
         return
-    if path.name == "retention.sql":
-        statement = text.format(**PARTITION_IDENTIFIERS)
+    if path.name in PARTITION_IDENTIFIERS:
+        statement = text.format(**PARTITION_IDENTIFIERS[path.name])
     elif path.name == "model_inbox.sql":
         statement = model_inbox.queries(webhooks)[name]
         if isinstance(statement, pgsql.Composed):

@@ -15,6 +15,7 @@ from pgmsg_tests.testapp.events_handlers import Deposited
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TABLE = "pgmsg_event"
+SUBSCRIPTION = "test-ledger"
 
 
 def _last_month() -> tuple[str, dt.datetime]:
@@ -70,3 +71,29 @@ def test_streams_read_whole_and_in_order_across_partitions():
         pgmsg.append("account-3", Deposited(amount=Decimal(1)), expected_version=3)
     assert [e.version for e in pgmsg.read_stream("account-3")] == [1, 2, 3, 4]
     assert [e.version for e in pgmsg.read_all() if e.stream_name == "account-3"] == [1, 2, 3, 4]
+
+
+def _drop_future_months() -> list[str]:
+    this_month = partitions.month_start(dt.datetime.now(dt.UTC))
+    with transaction.atomic(), connection.cursor() as cursor:
+        future = [
+            p.name
+            for p in partitions.partitions(cursor, TABLE)
+            if not p.is_default and p.lower_time() > this_month
+        ]
+        for name in future:
+            partitions.drop(cursor, name)
+    return future
+
+
+def test_a_subscription_worker_makes_the_months_ahead_itself():
+    from pgmsg.core.worker import Worker
+    from pgmsg.events import partitions as event_partitions
+
+    dropped = _drop_future_months()
+    assert len(dropped) == event_partitions.MONTHS_AHEAD
+    pgmsg.append("account-5", Deposited(amount=Decimal(1)))
+    Worker(subscriptions=[SUBSCRIPTION], until_idle=True, install_signal_handlers=False).run()
+    with connection.cursor() as cursor:
+        names = {p.name for p in partitions.partitions(cursor, TABLE)}
+    assert set(dropped) <= names

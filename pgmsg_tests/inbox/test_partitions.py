@@ -183,6 +183,7 @@ def test_pgmsg_partitions_makes_the_weeks_ahead_and_lists_them():
     listing = StringIO()
     call_command("pgmsg_partitions", "--list", stdout=listing)
     assert f"{TABLE}  {TABLE}_default  DEFAULT" in listing.getvalue()
+    assert "pgmsg_event  pgmsg_event_default  DEFAULT" in listing.getvalue()
     assert "created" not in listing.getvalue()
 
 
