@@ -140,19 +140,19 @@ class Migration(migrations.Migration):
         migrations.RunSQL(sql=EVENTS_TO_PARTITIONED),
         migrations.SeparateDatabaseAndState(
             state_operations=[
-            migrations.RemoveConstraint(
-                model_name='storedevent',
-                name='pgmsg_event_version',
-            ),
-            migrations.AlterField(
-                model_name='storedevent',
-                name='message_id',
-                field=models.UUIDField(db_index=True),
-            ),
-            migrations.AddIndex(
-                model_name='storedevent',
-                index=models.Index(fields=['stream_name', 'version'], name='pgmsg_event_version'),
-            ),
+                migrations.RemoveConstraint(
+                    model_name='storedevent',
+                    name='pgmsg_event_version',
+                ),
+                migrations.AlterField(
+                    model_name='storedevent',
+                    name='message_id',
+                    field=models.UUIDField(db_index=True),
+                ),
+                migrations.AddIndex(
+                    model_name='storedevent',
+                    index=models.Index(fields=['stream_name', 'version'], name='pgmsg_event_version'),
+                ),
             ],
         ),
         # The statement trigger went with the plain table (the definition of 0009).

@@ -20,7 +20,7 @@ from pgmsg.export import archive
 from pgmsg.models import Archive, StoredEvent
 from pgmsg_dev.devdb import database_url
 from pgmsg_tests.conftest import ROOT
-from pgmsg_tests.export.helpers import read_dataset
+from pgmsg_tests.export.helpers import read_dataset, settle
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.spark]
 
@@ -195,3 +195,13 @@ def test_a_run_killed_midway_drops_nothing_and_a_rerun_finishes(spark, tmp_path)
     )
     assert in_parquet | _all_rows() == everything
     assert not in_parquet & _all_rows()
+
+
+def test_the_incremental_export_reads_events_from_every_partition(spark, tmp_path):
+    from pgmsg import export
+
+    spread = _events_spread_over_months()
+    settle(TABLE)
+    export.export_tables(str(tmp_path), spark=spark, tables=["events"])
+    assert len({n for n in _partition_names()} & {spread["oldest"][0], spread["older"][0]}) == 2
+    assert _parquet_rows(tmp_path / "events") == _all_rows()

@@ -16,6 +16,7 @@ from pgmsg.inbox import operations as inbox_ops
 from pgmsg.inbox import retention
 from pgmsg.models import InboxMessage
 from pgmsg_dev.devdb import database_url
+from pgmsg_tests.conftest import wait_for
 from pgmsg_tests.inbox.helpers import drain
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -197,3 +198,25 @@ def test_the_worker_makes_missing_partitions_itself_and_keeps_serving():
     pgmsg.receive("test.inbox", "w-2", type="work", payload={})
     drain()
     assert set(InboxMessage.objects.values_list("status", flat=True)) == {"processed"}
+
+
+def test_a_running_worker_keeps_serving_while_partitions_are_made_and_dropped(workers):
+    _drop_future_weeks()
+    workers.start("--inbox", "test.inbox", "--batch-size", "20")
+    old_name, start, _ = _week(-2)
+    for n in range(60):
+        pgmsg.receive("test.inbox", f"live-{n}", type="work", payload={})
+        if n == 20:
+            call_command("pgmsg_partitions", stdout=StringIO())
+        if n == 40:
+            _settled_rows(30, start + dt.timedelta(days=1), "expired-")
+            assert inbox_ops.purge()["processed"] == 30  # the partition goes under the worker
+    wait_for(
+        lambda: (
+            InboxMessage.objects.filter(status="processed", message_id__startswith="live-").count()
+            == 60
+        ),
+        message="the worker stopped handling messages",
+    )
+    with connection.cursor() as cursor:
+        assert old_name not in {p.name for p in partitions.partitions(cursor, TABLE)}
