@@ -57,16 +57,22 @@ def drop_expired() -> dict[str, int]:
         "limit": MOST_KEPT,
     }
     removed = {"processed": 0, "dead": 0}
-    this_week = partitions.week_start(dt.datetime.now(dt.UTC))
+    now = dt.datetime.now(dt.UTC)
+    this_week = partitions.week_start(now)
+    # Every row of a partition that ended before this is old enough to have expired: such a
+    # partition is counted once, under its lock. Newer ones (and the default one) are counted
+    # first without a lock, so that one with nothing to remove is never locked.
+    old = now - dt.timedelta(seconds=min(settings.INBOX_RETENTION, settings.INBOX_DEAD_RETENTION))
     with connections[settings.DATABASE].cursor() as cursor:
         found = partitions.partitions(cursor, TABLE)
     for partition in found:
-        with connections[settings.DATABASE].cursor() as cursor:
-            cursor.execute(_compose("expired_counts", partition.name), params)
-            processed, dead, kept = cursor.fetchone()
-        if not (processed or dead) or kept > MOST_KEPT:
-            continue
         upper = partition.upper_time()
+        if upper is None or upper > old:
+            with connections[settings.DATABASE].cursor() as cursor:
+                cursor.execute(_compose("expired_counts", partition.name), params)
+                processed, dead, kept = cursor.fetchone()
+            if not (processed or dead) or kept > MOST_KEPT:
+                continue
         past = upper is not None and upper <= this_week
         gone = _rewrite(partition.name, params, drop_when_empty=past)
         removed["processed"] += gone[0]
@@ -77,29 +83,27 @@ def drop_expired() -> dict[str, int]:
 
 
 def _rewrite(name: str, params: dict, *, drop_when_empty: bool) -> tuple[int, int]:
-    """Lock partition ``name``, set its rows to keep aside, empty (or drop) it, put them back.
-    Returns (processed, other) rows removed; (0, 0) when it keeps too many after all."""
+    """Lock partition ``name``, count what goes, set the rows to keep aside, drop or empty it,
+    put them back. Returns (processed, other) rows removed; (0, 0) when nothing may go or it
+    keeps more than MOST_KEPT rows."""
     database = conf.get().DATABASE
     with transaction.atomic(using=database), connections[database].cursor() as cursor:
         cursor.execute(partitions.QUERIES["lock_timeout"])
         cursor.execute(_compose("lock_partition", name))
-        cursor.execute(_compose("keep_rows", name), params)
-        if cursor.rowcount > MOST_KEPT:
-            transaction.set_rollback(True, using=database)
+        cursor.execute(_compose("expired_counts", name), params)
+        processed, dead, kept = cursor.fetchone()
+        if not (processed or dead) or kept > MOST_KEPT:
             return 0, 0
-        kept_count = cursor.rowcount
-        cursor.execute(_compose("count_by_kind", name))
-        total = cursor.fetchone()
-        cursor.execute(QUERIES["count_kept_by_kind"])
-        kept = cursor.fetchone()
-        if kept_count == 0 and drop_when_empty:
+        if kept:
+            cursor.execute(_compose("keep_rows", name), params)
+        if not kept and drop_when_empty:
             partitions.drop(cursor, name)
         else:
             cursor.execute(_compose("empty_partition", name))
-            if kept_count:
+            if kept:
                 with pgtrigger.ignore(_FIRST_RECEIPT):
                     cursor.execute(_compose("restore_kept", name))
-    return total[0] - kept[0], total[1] - kept[1]
+    return processed, dead
 
 
 def _compose(statement: str, partition: str) -> pgsql.Composed:

@@ -2,7 +2,8 @@
 -- Rows of one partition that retention may remove, by kind, and the rows it must keep:
 -- processed longer ago than %(processed_seconds)s, dead or discarded with no change for
 -- %(dead_seconds)s (except a dead head that holds an ordered aggregate back); every other row
--- is kept. Read without a lock first, to skip partitions not worth rewriting.
+-- is kept. Read without a lock first for recent partitions (to skip those not worth
+-- rewriting), and under the lock before a rewrite.
 SELECT count(*) FILTER (WHERE NOT r.kept AND r.status = 'processed'),
        count(*) FILTER (WHERE NOT r.kept AND r.status <> 'processed'),
        count(*) FILTER (WHERE r.kept)
@@ -29,8 +30,8 @@ FROM (
 LOCK TABLE {partition} IN ACCESS EXCLUSIVE MODE;
 
 -- name: keep_rows
--- Under the lock: a copy of the rows to keep (at most %(limit)s + 1: more means the rewrite
--- is not worth it) and, as the statement's result, the rows that go, by kind.
+-- Under the lock: a copy of the rows to keep (expired_counts said how many: at most
+-- %(limit)s).
 CREATE TEMPORARY TABLE pgmsg_inbox_kept ON COMMIT DROP AS
 SELECT d.* FROM {partition} AS d
 WHERE NOT ((d.status = 'processed'
@@ -44,16 +45,7 @@ WHERE NOT ((d.status = 'processed'
                                     WHERE b.inbox = d.inbox AND b.aggregate_id = d.aggregate_id
                                       AND (b.transaction_id, b.id) > (d.transaction_id, d.id)
                                       AND b.status = 'pending'))))
-LIMIT %(limit)s + 1;
-
--- name: count_by_kind
--- Under the lock: processed and other rows of a partition (less those kept gives what goes).
-SELECT count(*) FILTER (WHERE status = 'processed'), count(*) FILTER (WHERE status <> 'processed')
-FROM {partition};
-
--- name: count_kept_by_kind
-SELECT count(*) FILTER (WHERE status = 'processed'), count(*) FILTER (WHERE status <> 'processed')
-FROM pgmsg_inbox_kept;
+LIMIT %(limit)s;
 
 -- name: empty_partition
 -- Empties a partition at once (a new empty file: no dead rows, nothing for VACUUM).

@@ -37,7 +37,6 @@ NOT_EXPLAINABLE = {
     ("retention.sql", "lock_partition"),
     ("archive.sql", "lock_partition"),
     ("retention.sql", "keep_rows"),
-    ("retention.sql", "count_kept_by_kind"),
     ("retention.sql", "empty_partition"),
     ("retention.sql", "restore_kept"),
 }
