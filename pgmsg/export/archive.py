@@ -118,6 +118,7 @@ def _archive_one(
                 f"archive: {partition.name} holds {rows} row(s) but {path} has {exported}: "
                 "nothing was dropped; run pgmsg_archive again"
             )
+        cursor.execute(_compose("forget_keys", partition.name))
         partitions.drop(cursor, partition.name)
         cursor.execute(QUERIES["forget_dataset_watermark"], {"name": spec.name})
         Archive.objects.using(database).filter(partition=partition.name).update(

@@ -9,3 +9,8 @@ LOCK TABLE {partition} IN ACCESS EXCLUSIVE MODE;
 -- name: forget_dataset_watermark
 -- The archive's export is a one-off snapshot: its watermark row is not kept.
 DELETE FROM pgmsg_export_watermark WHERE name = %(name)s;
+
+-- name: forget_keys
+-- The message ids of the events about to be dropped leave the key table with them (a later
+-- append of such an id is a new event: the old one is in the archive).
+DELETE FROM pgmsg_event_key WHERE message_id IN (SELECT message_id FROM {partition});

@@ -161,9 +161,22 @@ class Migration(migrations.Migration):
             model_name='storedevent',
             trigger=pgtrigger.compiler.Trigger(name='pgmsg_wake_subscriptions', sql=pgtrigger.compiler.UpsertTriggerSql(func="PERFORM pgmsg_wake('events:' || c.category, 'events') FROM (SELECT DISTINCT category FROM new_rows) AS c; RETURN NULL;", hash='546a4eada88e84a4a39bfdb0ac6f74b1345c6eb8', level='STATEMENT', operation='INSERT', pgid='pgtrigger_pgmsg_wake_subscriptions_8859f', referencing='REFERENCING NEW TABLE AS new_rows ', table='pgmsg_event', when='AFTER')),
         ),
+        migrations.CreateModel(
+            name='EventKey',
+            fields=[
+                ('message_id', models.UUIDField(primary_key=True, serialize=False)),
+            ],
+            options={
+                'db_table': 'pgmsg_event_key',
+            },
+        ),
+        # The keys of the events there are already.
+        migrations.RunSQL(
+            sql="INSERT INTO pgmsg_event_key (message_id) SELECT message_id FROM pgmsg_event",
+        ),
         pgtrigger.migrations.AddTrigger(
             model_name='storedevent',
-            trigger=pgtrigger.compiler.Trigger(name='pgmsg_event_first_append', sql=pgtrigger.compiler.UpsertTriggerSql(func="IF current_setting('transaction_isolation') = 'repeatable read' THEN RAISE EXCEPTION 'pgmsg: event %: append in a READ COMMITTED or SERIALIZABLE transaction (REPEATABLE READ cannot see a concurrent first copy)', NEW.message_id USING ERRCODE = 'feature_not_supported'; END IF; PERFORM pg_advisory_xact_lock(hashtext('pgmsg.event.key'), hashtext(NEW.message_id::text)); IF EXISTS (SELECT FROM pgmsg_event WHERE message_id = NEW.message_id AND position IS DISTINCT FROM NEW.position) THEN RETURN NULL; END IF; RETURN NEW;", hash='3617721f8f91a2674d67924cc450ddefc433d83e', operation='INSERT', pgid='pgtrigger_pgmsg_event_first_append_23729', table='pgmsg_event', when='BEFORE')),
+            trigger=pgtrigger.compiler.Trigger(name='pgmsg_event_first_append', sql=pgtrigger.compiler.UpsertTriggerSql(func='INSERT INTO pgmsg_event_key (message_id) VALUES (NEW.message_id) ON CONFLICT DO NOTHING; IF NOT FOUND AND EXISTS (SELECT FROM pgmsg_event WHERE message_id = NEW.message_id AND position IS DISTINCT FROM NEW.position) THEN RETURN NULL; END IF; RETURN NEW;', hash='1302d7b9c00088bbb0472a9e7cc6d50746644078', operation='INSERT', pgid='pgtrigger_pgmsg_event_first_append_23729', table='pgmsg_event', when='BEFORE')),
         ),
         migrations.CreateModel(
             name='Archive',

@@ -1,7 +1,7 @@
 """Every pgmsg table, in the order a message travels. One module per kind of message."""
 
 from pgmsg.models.claims import Claim
-from pgmsg.models.events import Snapshot, StoredEvent, Stream, SubscriptionPartition
+from pgmsg.models.events import EventKey, Snapshot, StoredEvent, Stream, SubscriptionPartition
 from pgmsg.models.export import Archive, ExportWatermark
 from pgmsg.models.inbox import InboxDeadLetter, InboxMessage
 from pgmsg.models.notifications import Notification, NotificationDeadLetter
@@ -11,6 +11,7 @@ from pgmsg.models.throughput import Overview, Throughput
 __all__ = [
     "Archive",
     "Claim",
+    "EventKey",
     "ExportWatermark",
     "InboxDeadLetter",
     "InboxMessage",

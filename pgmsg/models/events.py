@@ -34,7 +34,8 @@ class StoredEvent(models.Model):
     can be archived to Parquet and dropped: its primary key in the database is
     ``(position, recorded_at)``. PostgreSQL has no unique index across partitions that leaves
     the partition key out: a stream's versions stay unique because every append holds the
-    stream's row lock while it numbers them, and message ids by the first-append trigger.
+    stream's row lock while it numbers them, and message ids by the first-append trigger and
+    the key table (EventKey).
     """
 
     position = models.BigAutoField(primary_key=True)
@@ -58,24 +59,22 @@ class StoredEvent(models.Model):
         ]
         triggers = [
             # Idempotency across partitions: an event whose message id is stored already is
-            # skipped (the append sees fewer rows and looks closer, as before). The advisory
-            # lock makes a concurrent append of the same id wait for the first one's commit,
-            # then see it (READ COMMITTED); REPEATABLE READ could not see it and is refused.
+            # skipped (the append sees fewer rows and looks closer, as before). The one unique
+            # index over every partition is pgmsg_event_key's: a concurrent append of the same
+            # id waits there for the first one's transaction, as it did on the unique index of
+            # the unpartitioned table. A key without its row (a row moved between partitions,
+            # or a dropped one) lets the event in.
             pgtrigger.Trigger(
                 name="pgmsg_event_first_append",
                 level=pgtrigger.Row,
                 when=pgtrigger.Before,
                 operation=pgtrigger.Insert,
                 func=(
-                    "IF current_setting('transaction_isolation') = 'repeatable read' THEN "
-                    "RAISE EXCEPTION 'pgmsg: event %: append in a READ COMMITTED or "
-                    "SERIALIZABLE transaction (REPEATABLE READ cannot see a concurrent first "
-                    "copy)', NEW.message_id USING ERRCODE = 'feature_not_supported'; END IF; "
-                    "PERFORM pg_advisory_xact_lock(hashtext('pgmsg.event.key'), "
-                    "hashtext(NEW.message_id::text)); "
-                    "IF EXISTS (SELECT FROM pgmsg_event WHERE message_id = NEW.message_id "
-                    "AND position IS DISTINCT FROM NEW.position) THEN RETURN NULL; END IF; "
-                    "RETURN NEW;"
+                    "INSERT INTO pgmsg_event_key (message_id) VALUES (NEW.message_id) "
+                    "ON CONFLICT DO NOTHING; "
+                    "IF NOT FOUND AND EXISTS (SELECT FROM pgmsg_event "
+                    "WHERE message_id = NEW.message_id AND position IS DISTINCT FROM "
+                    "NEW.position) THEN RETURN NULL; END IF; RETURN NEW;"
                 ),
             ),
             # One wake-up per category per statement ("events:<category>"), only while a worker
@@ -95,6 +94,20 @@ class StoredEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.stream_name} v{self.version} {self.type} @{self.position}"
+
+
+class EventKey(models.Model):
+    """The message id of every event in pgmsg_event: unique across its partitions (which
+    PostgreSQL cannot index uniquely by message id). Written by the first-append trigger;
+    pgmsg_archive deletes the keys of the events it drops."""
+
+    message_id = models.UUIDField(primary_key=True)
+
+    class Meta:
+        db_table = "pgmsg_event_key"
+
+    def __str__(self) -> str:
+        return str(self.message_id)
 
 
 class Snapshot(models.Model):
