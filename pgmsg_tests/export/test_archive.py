@@ -17,7 +17,7 @@ import pgmsg
 from pgmsg.core import errors, partitions
 from pgmsg.events import store
 from pgmsg.export import archive
-from pgmsg.models import Archive, StoredEvent
+from pgmsg.models import Archive, EventKey, StoredEvent
 from pgmsg_dev.devdb import database_url
 from pgmsg_tests.conftest import ROOT
 from pgmsg_tests.export.helpers import read_dataset, settle
@@ -97,6 +97,10 @@ def test_a_finished_archive_leaves_postgresql_and_parquet_with_exactly_the_rows(
     assert not in_parquet & left
     assert in_parquet | left == everything
     assert set(Archive.objects.values_list("status", flat=True)) == {"archived"}
+    # The keys of the dropped events went with them.
+    assert set(EventKey.objects.values_list("message_id", flat=True)) == set(
+        StoredEvent.objects.values_list("message_id", flat=True)
+    )
     # Nothing more is due: a second run does nothing.
     assert archive.archive(spread["before"], str(tmp_path), spark=spark) == []
 
