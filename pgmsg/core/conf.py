@@ -49,6 +49,11 @@ class Settings:
     EXPORT_SPARK_MASTER: str = "local[*]"
     #: Rows per Spark read partition when --partitions is not given.
     EXPORT_ROWS_PER_PARTITION: int = 250_000
+    #: manage.py pgmsg_archive without arguments (run it from cron, docs/storage.md): event
+    #: partitions that ended more than ARCHIVE_AFTER seconds ago go to Parquet under
+    #: ARCHIVE_PATH (empty: the command needs --output).
+    ARCHIVE_PATH: str = ""
+    ARCHIVE_AFTER: float = 365 * 24 * 3600.0
     #: Inbox retention, in seconds: processed messages are deleted this long after processing
     #: (their ids stop deduplicating then), dead and discarded ones after INBOX_DEAD_RETENTION.
     INBOX_RETENTION: float = 72 * 3600.0

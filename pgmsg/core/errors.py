@@ -87,6 +87,15 @@ class ExportError(PgmsgError):
     """A Parquet export that could not run or finish; the watermarks did not move."""
 
 
+class ArchiveError(ExportError):
+    """An archive run that stopped before dropping a partition; that partition is intact."""
+
+
+class ArchivedEvents(PgmsgError, LookupError):
+    """A read of stream events that were archived to Parquet and dropped from PostgreSQL; the
+    message names the archive(s). Read them there, or load from a later snapshot."""
+
+
 class JavaMissing(ExportError):
     """Spark needs Java 17+ and none was found; the message says what to install."""
 

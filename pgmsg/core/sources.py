@@ -28,6 +28,8 @@ class Worker(Protocol):
     handled: int
     #: The transaction id of the last batch whose claim was recorded (pgmsg/core/claims.py).
     last_claim: int | None
+    #: Every source the worker serves, in the order it serves them.
+    sources: list
 
     def side_connection(self) -> psycopg.Connection | None:
         """An autocommit connection of the worker's own, for writes that must commit apart

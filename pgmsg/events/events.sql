@@ -101,3 +101,15 @@ LIMIT %(limit)s;
 -- name: checkpoint_of
 -- The read-order key of one stored event (to reset a subscription to it).
 SELECT transaction_id::text FROM pgmsg_event WHERE position = %(position)s;
+
+-- name: archived_paths
+-- A stream's version, and where its events before position %(position)s (NULL: all of them)
+-- were archived (pgmsg_archive; pgmsg/export/archive.py), oldest first.
+SELECT s.version,
+       coalesce(array_agg(a.path ORDER BY a.lower) FILTER (WHERE a.id IS NOT NULL), '{}')
+FROM pgmsg_stream AS s
+LEFT JOIN pgmsg_archive AS a
+       ON a."table" = 'pgmsg_event' AND a.status = 'archived'
+      AND (%(position)s::bigint IS NULL OR a.first_position < %(position)s::bigint)
+WHERE s.name = %(stream)s
+GROUP BY s.version;

@@ -30,7 +30,11 @@ def read_stream(
     stream: str, *, start: int | None = None, backwards: bool = False, limit: int | None = None
 ) -> list[RecordedEvent]:
     """Events of one stream in version order (or reversed), from version ``start`` on (default:
-    the first, or the last when backwards), at most ``limit``."""
+    the first, or the last when backwards), at most ``limit``.
+
+    Raises ArchivedEvents, naming the archive, when events it should return were archived
+    to Parquet and dropped (manage.py pgmsg_archive): versions never have gaps otherwise.
+    """
     validate_stream_name(stream)
     if start is None:
         start = 2**31 - 1 if backwards else 1
@@ -39,7 +43,32 @@ def read_stream(
             QUERIES["read_stream_backwards" if backwards else "read_stream_forwards"],
             {"stream": stream, "version": start, "limit": limit},
         )
-        return RecordedEvent.from_rows(cursor.fetchall())
+        events = RecordedEvent.from_rows(cursor.fetchall())
+        if backwards:
+            short = (limit is None or len(events) < limit) and start >= 1
+            missing = short and (not events or events[-1].version > 1)
+            wanted = 1
+        else:
+            missing = not events or events[0].version > start
+            wanted = start
+        if missing:
+            _raise_if_archived(cursor, stream, wanted, events)
+    return events
+
+
+def _raise_if_archived(cursor, stream: str, wanted: int, events: list[RecordedEvent]) -> None:
+    """Versions from ``wanted`` are missing before ``events``: archived, or never appended."""
+    first = min((e.position for e in events), default=None)
+    cursor.execute(QUERIES["archived_paths"], {"stream": stream, "position": first})
+    row = cursor.fetchone()
+    if row is None or row[0] < wanted or not row[1]:
+        return  # a stream that does not reach that version
+    before = min((e.version for e in events), default=row[0] + 1)
+    raise errors.ArchivedEvents(
+        f"stream {stream!r}: versions {wanted}..{before - 1} were archived to Parquet and are "
+        f"no longer in PostgreSQL; read them from {', '.join(row[1])} (or load the aggregate "
+        "from a snapshot taken after them)"
+    )
 
 
 def read_all(

@@ -6,6 +6,7 @@ from django.db import connections, transaction
 
 from pgmsg.core import batch, errors, sources
 from pgmsg.core.sources import Worker
+from pgmsg.events import partitions as store_partitions
 from pgmsg.events import reads
 from pgmsg.events import store as events
 from pgmsg.events.store import Checkpoint, RecordedEvent
@@ -38,6 +39,7 @@ class SubscriptionSource:
         # The last batch filled a partition's read: more is waiting, so the next batch skips
         # the look for idle partitions (two round trips) and goes to the partitions at once.
         self._busy = False
+        self._maintenance = store_partitions.Maintenance()
         # The event trigger wakes "events:<category>" with "events" as its scope, so a
         # subscription to every category declares itself idle for "events".
         category = sub.category
@@ -57,6 +59,10 @@ class SubscriptionSource:
 
     def process_batch(self, worker: Worker) -> int:
         db = worker.database
+        # The event store's monthly partitions are made ahead by the worker's first
+        # subscription source (docs/storage.md).
+        if self is next(s for s in worker.sources if isinstance(s, SubscriptionSource)):
+            self._maintenance.maybe_run()
         with connections[db].cursor() as cursor:
             if not self._ready:
                 with transaction.atomic(using=db):

@@ -1,24 +1,23 @@
 -- name: receive
--- Store one message unless its (inbox, message_id) is known; RETURNING gives no row for a
--- duplicate. A concurrent receipt of the same id waits for the first to commit, then skips.
+-- Store one message unless its (inbox, message_id) is known (the first-receipt trigger skips
+-- it, in whichever partition the first copy is); RETURNING gives no row for a duplicate. A
+-- concurrent receipt of the same id waits for the first to commit, then skips.
 INSERT INTO pgmsg_inbox_message (inbox, message_id, type, payload, source, aggregate_id, trace_id)
 VALUES (%(inbox)s, %(message_id)s, %(type)s, %(payload)s::jsonb, %(source)s, %(aggregate_id)s,
         %(trace_id)s)
-ON CONFLICT (inbox, message_id) DO NOTHING
 RETURNING id;
 
 -- name: receive_many
 -- Store many messages in one statement; duplicates (stored before, or twice in this batch)
 -- are skipped. Returns the message ids that were stored, with their row ids. Rows go in in
 -- message id order: two batches that share ids, inserted concurrently in different orders,
--- would each wait on the other's uncommitted index entry (a deadlock); in one order, one waits.
+-- would each wait on the other's first-receipt lock (a deadlock); in one order, one waits.
 INSERT INTO pgmsg_inbox_message (inbox, message_id, type, payload, source, aggregate_id, trace_id)
 SELECT %(inbox)s, m.message_id, m.type, m.payload::jsonb, m.source, m.aggregate_id, m.trace_id
 FROM unnest(%(message_ids)s::text[], %(types)s::text[], %(payloads)s::text[],
             %(sources)s::text[], %(aggregate_ids)s::text[], %(trace_ids)s::text[])
      WITH ORDINALITY AS m(message_id, type, payload, source, aggregate_id, trace_id, n)
 ORDER BY m.message_id, m.n
-ON CONFLICT (inbox, message_id) DO NOTHING
 RETURNING message_id, id;
 
 -- name: claim_unordered
@@ -175,18 +174,6 @@ WITH discarded AS (
     SELECT pg_notify('pgmsg', 'inbox:' || %(inbox)s) WHERE EXISTS (SELECT FROM discarded)
 )
 SELECT (SELECT count(*) FROM discarded), (SELECT count(*) FROM woken);
-
--- name: purge_processed
--- Retention: delete up to %(limit)s processed messages older than %(seconds)s. Rows another
--- session holds are skipped, so concurrent purges do not queue behind each other.
-DELETE FROM pgmsg_inbox_message
-WHERE id IN (
-    SELECT id FROM pgmsg_inbox_message
-    WHERE inbox = ANY(%(inboxes)s::text[]) AND status = 'processed'
-      AND processed_at < now() - make_interval(secs => %(seconds)s)
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-);
 
 -- name: purge_dead
 -- Retention: delete up to %(limit)s dead or discarded messages whose last change is older than

@@ -64,18 +64,30 @@ coalesce(t.{aggregate}::text, t.{key}::text)
 
 -- name: record_failures
 -- A failure record is the pgmsg_inbox_message row of (inbox, message_id); its status says
--- whether the model row may be claimed: pending and due, or (no record) never failed.
-INSERT INTO pgmsg_inbox_message AS m (inbox, message_id, type, aggregate_id, payload, attempts,
-                                      last_error, last_failed_at, status, available_at)
+-- whether the model row may be claimed: pending and due, or (no record) never failed. An
+-- existing record is updated, a missing one inserted (the worker holds the model row's lock,
+-- so no other session writes the same record meanwhile).
+WITH failure AS (
+    SELECT * FROM unnest(%(message_ids)s::text[], %(types)s::text[], %(aggregates)s::text[],
+                         %(refs)s::text[], %(errors)s::text[], %(delays)s::float8[],
+                         %(dead)s::bool[])
+             AS f(message_id, type, aggregate_id, ref, error, delay, dead)
+), updated AS (
+    UPDATE pgmsg_inbox_message AS m
+    SET attempts = CASE WHEN m.status = 'pending' THEN m.attempts + 1 ELSE 1 END,
+        last_error = f.error, last_failed_at = now(),
+        status = CASE WHEN f.dead THEN 'dead' ELSE 'pending' END,
+        available_at = now() + make_interval(secs => f.delay)
+    FROM failure AS f
+    WHERE m.inbox = %(inbox)s AND m.message_id = f.message_id
+    RETURNING m.message_id
+)
+INSERT INTO pgmsg_inbox_message (inbox, message_id, type, aggregate_id, payload, attempts,
+                                 last_error, last_failed_at, status, available_at)
 SELECT %(inbox)s, f.message_id, f.type, f.aggregate_id, f.ref::jsonb, 1, f.error, now(),
        CASE WHEN f.dead THEN 'dead' ELSE 'pending' END, now() + make_interval(secs => f.delay)
-FROM unnest(%(message_ids)s::text[], %(types)s::text[], %(aggregates)s::text[],
-            %(refs)s::text[], %(errors)s::text[], %(delays)s::float8[], %(dead)s::bool[])
-     AS f(message_id, type, aggregate_id, ref, error, delay, dead)
-ON CONFLICT (inbox, message_id) DO UPDATE
-SET attempts = CASE WHEN m.status = 'pending' THEN m.attempts + 1 ELSE 1 END,
-    last_error = EXCLUDED.last_error, last_failed_at = now(),
-    status = EXCLUDED.status, available_at = EXCLUDED.available_at;
+FROM failure AS f
+WHERE f.message_id NOT IN (SELECT message_id FROM updated);
 
 -- name: ack_records
 -- Close the failure records of rows handled now.

@@ -31,7 +31,7 @@ class ModelInboxSource(InboxSource):
         return self._queries
 
     def process_batch(self, worker: Worker) -> int:
-        self._maybe_run_retention()
+        self._maybe_run_retention(worker)
         db = worker.database
         outcome: batch.BatchResult[inbox.InboxMessage] = batch.BatchResult()
         with transaction.atomic(using=db), connections[db].cursor() as cursor:

@@ -12,7 +12,7 @@ from django.db.models import Count
 
 from pgmsg.core import conf, errors, horizon, names, sql
 from pgmsg.inbox import declarations as inbox
-from pgmsg.inbox import model_inbox
+from pgmsg.inbox import model_inbox, retention
 
 logger = logging.getLogger(__name__)
 
@@ -204,42 +204,46 @@ def discard(
     return count
 
 
-def purge(names: Iterable[str] | None = None, *, chunks: int | None = None) -> dict[str, int]:
-    """Retention: delete processed messages older than PGMSG INBOX_RETENTION and dead or
+def purge(
+    names: Iterable[str] | None = None, *, chunks: int | None = None, by_partition: bool = True
+) -> dict[str, int]:
+    """Retention: remove processed messages older than PGMSG INBOX_RETENTION and dead or
     discarded ones older than INBOX_DEAD_RETENTION (a dead head that holds an ordered
-    aggregate back is kept). ``chunks`` bounds the statements per kind (None: until done).
+    aggregate back is kept).
 
-    Returns the counts deleted, as {"processed": n, "dead": m}.
+    Processed messages go a whole partition at a time, across every inbox (retention.py):
+    a partition that keeps more than retention.MOST_KEPT rows waits for a later pass. Dead
+    and discarded messages of ``names`` left in such partitions are then deleted (they are
+    few); ``chunks`` bounds those delete statements (None: until done). ``by_partition=False``
+    leaves the partitions to retention.maintain() (the workers' periodic pass).
+
+    Returns the counts removed, as {"processed": n, "dead": m}.
     """
     wanted = _names(names)
     ordered = [
         n for n in wanted if n in inbox.registry.inboxes and inbox.registry.inboxes[n].ordered
     ]
     settings = conf.get()
-    deleted = {"processed": 0, "dead": 0}
-    for kind, seconds in (
-        ("processed", settings.INBOX_RETENTION),
-        ("dead", settings.INBOX_DEAD_RETENTION),
-    ):
-        done = 0
-        while chunks is None or done < chunks:
-            with connections[settings.DATABASE].cursor() as cursor:
-                cursor.execute(
-                    QUERIES[f"purge_{kind}"],
-                    {
-                        "inboxes": wanted,
-                        "ordered": ordered,
-                        "seconds": seconds,
-                        "limit": PURGE_CHUNK,
-                    },
-                )
-                count = cursor.rowcount
-            deleted[kind] += count
-            done += 1
-            if count < PURGE_CHUNK:
-                break
+    deleted = retention.drop_expired() if by_partition else {"processed": 0, "dead": 0}
+    done = 0
+    while chunks is None or done < chunks:
+        with connections[settings.DATABASE].cursor() as cursor:
+            cursor.execute(
+                QUERIES["purge_dead"],
+                {
+                    "inboxes": wanted,
+                    "ordered": ordered,
+                    "seconds": settings.INBOX_DEAD_RETENTION,
+                    "limit": PURGE_CHUNK,
+                },
+            )
+            count = cursor.rowcount
+        deleted["dead"] += count
+        done += 1
+        if count < PURGE_CHUNK:
+            break
     if deleted["processed"] or deleted["dead"]:
-        logger.info("pgmsg: inbox retention deleted %s", deleted)
+        logger.info("pgmsg: inbox retention removed %s", deleted)
     return deleted
 
 

@@ -13,7 +13,7 @@ from django.db import connections, transaction
 from pgmsg.core import batch, claims, conf, errors, horizon, sources, sql
 from pgmsg.core.sources import Worker
 from pgmsg.inbox import declarations as inbox
-from pgmsg.inbox import operations
+from pgmsg.inbox import operations, retention
 
 QUERIES = sql.load(__package__, "inbox.sql")
 
@@ -57,7 +57,7 @@ class InboxSource:
         return sources.query_value(worker, QUERIES["seconds_until_due"], {"inbox": self.inbox.name})
 
     def process_batch(self, worker: Worker) -> int:
-        self._maybe_run_retention()
+        self._maybe_run_retention(worker)
         db = worker.database
         # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
         own_transaction = not connections[db].in_atomic_block
@@ -213,12 +213,16 @@ class InboxSource:
         """Parameters of the fail statement for (message, exception) pairs."""
         return _failure_params([(m, self._failure(m, exc)) for m, exc in failed])
 
-    def _maybe_run_retention(self) -> None:
+    def _maybe_run_retention(self, worker: Worker) -> None:
         now = time.monotonic()
         if now < self._next_retention:
             return
         self._next_retention = now + conf.get().INBOX_RETENTION_INTERVAL
-        operations.purge([self.inbox.name], chunks=1)
+        # Partitions are shared by every inbox: the worker's first inbox source looks after
+        # them (partitions ahead, expired ones dropped), the others only after their dead rows.
+        if self is next(s for s in worker.sources if isinstance(s, InboxSource)):
+            retention.maintain()
+        operations.purge([self.inbox.name], chunks=1, by_partition=False)
 
 
 def _failure_params(failures: list[tuple[inbox.InboxMessage, batch.Failure]]) -> dict[str, Any]:

@@ -1,15 +1,17 @@
 """Every pgmsg table, in the order a message travels. One module per kind of message."""
 
 from pgmsg.models.claims import Claim
-from pgmsg.models.events import Snapshot, StoredEvent, Stream, SubscriptionPartition
-from pgmsg.models.export import ExportWatermark
+from pgmsg.models.events import EventKey, Snapshot, StoredEvent, Stream, SubscriptionPartition
+from pgmsg.models.export import Archive, ExportWatermark
 from pgmsg.models.inbox import InboxDeadLetter, InboxMessage
 from pgmsg.models.notifications import Notification, NotificationDeadLetter
 from pgmsg.models.outbox import OutboxMessage
 from pgmsg.models.throughput import Overview, Throughput
 
 __all__ = [
+    "Archive",
     "Claim",
+    "EventKey",
     "ExportWatermark",
     "InboxDeadLetter",
     "InboxMessage",

@@ -29,6 +29,13 @@ class StoredEvent(models.Model):
     Django has no xid8 field): the appending transaction's id, raised to the stream's previous
     event's value when lower, so that ``(transaction_id, position)`` is a gap-free read order
     that keeps each stream's version order (see docs/events.md).
+
+    The table is partitioned by month of ``recorded_at`` (docs/storage.md), so that old months
+    can be archived to Parquet and dropped: its primary key in the database is
+    ``(position, recorded_at)``. PostgreSQL has no unique index across partitions that leaves
+    the partition key out: a stream's versions stay unique because every append holds the
+    stream's row lock while it numbers them, and message ids by the first-append trigger and
+    the key table (EventKey).
     """
 
     position = models.BigAutoField(primary_key=True)
@@ -40,16 +47,38 @@ class StoredEvent(models.Model):
     data = models.JSONField()
     #: correlation_id and causation_id, and whatever the appender adds.
     metadata = models.JSONField(default=dict)
-    message_id = models.UUIDField(unique=True)
+    message_id = models.UUIDField(db_index=True)
     recorded_at = models.DateTimeField(db_default=Now())
 
     class Meta:
         db_table = "pgmsg_event"
         verbose_name = "event"
-        constraints = [
-            models.UniqueConstraint(fields=["stream_name", "version"], name="pgmsg_event_version"),
+        indexes = [
+            # A stream's events in version order (unique in practice: see above).
+            models.Index(fields=["stream_name", "version"], name="pgmsg_event_version"),
         ]
         triggers = [
+            # Idempotency across partitions: an event whose message id is stored already fails
+            # the statement with a unique violation, as the unique index of the unpartitioned
+            # table did (the append writes nothing and looks closer). The one unique
+            # index over every partition is pgmsg_event_key's: a concurrent append of the same
+            # id waits there for the first one's transaction, as it did on the unique index of
+            # the unpartitioned table. A key without its row (a row moved between partitions,
+            # or a dropped one) lets the event in.
+            pgtrigger.Trigger(
+                name="pgmsg_event_first_append",
+                level=pgtrigger.Row,
+                when=pgtrigger.Before,
+                operation=pgtrigger.Insert,
+                func=(
+                    "INSERT INTO pgmsg_event_key (message_id) VALUES (NEW.message_id) "
+                    "ON CONFLICT DO NOTHING; "
+                    "IF NOT FOUND AND EXISTS (SELECT FROM pgmsg_event "
+                    "WHERE message_id = NEW.message_id AND position IS DISTINCT FROM "
+                    "NEW.position) THEN RAISE unique_violation USING MESSAGE = format("
+                    "'message id %s is stored already', NEW.message_id); END IF; RETURN NEW;"
+                ),
+            ),
             # One wake-up per category per statement ("events:<category>"), only while a worker
             # serving that category (or every category: "events") is idle (core/wake.py).
             pgtrigger.Trigger(
@@ -67,6 +96,20 @@ class StoredEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.stream_name} v{self.version} {self.type} @{self.position}"
+
+
+class EventKey(models.Model):
+    """The message id of every event in pgmsg_event: unique across its partitions (which
+    PostgreSQL cannot index uniquely by message id). Written by the first-append trigger;
+    pgmsg_archive deletes the keys of the events it drops."""
+
+    message_id = models.UUIDField(primary_key=True)
+
+    class Meta:
+        db_table = "pgmsg_event_key"
+
+    def __str__(self) -> str:
+        return str(self.message_id)
 
 
 class Snapshot(models.Model):

@@ -16,11 +16,14 @@ WAKE_PREFIX = "inbox:"
 class InboxMessage(models.Model):
     """One message of one inbox. ``(inbox, message_id)`` is the idempotency key.
 
-    Producers that are not Django may insert ``(inbox, message_id, type, payload)`` directly
-    with ``ON CONFLICT DO NOTHING``: every other column has a database default, and a
-    statement trigger NOTIFYs the workers. The table also has a database-only column
-    ``transaction_id xid8 DEFAULT pg_current_xact_id()`` (added by the migration with SQL,
-    since Django has no xid8 field) for gap-free incremental export.
+    Producers that are not Django may insert ``(inbox, message_id, type, payload)`` directly:
+    every other column has a database default, a row trigger skips a message id the inbox
+    already holds, and a statement trigger NOTIFYs the workers. The table also has a
+    database-only column ``transaction_id xid8 DEFAULT pg_current_xact_id()`` (added by the
+    migration with SQL, since Django has no xid8 field) for gap-free incremental export.
+
+    The table is partitioned by week of ``received_at`` (docs/storage.md): its primary key in
+    the database is ``(id, received_at)``, ``id`` alone stays unique (one sequence).
     """
 
     class Status(models.TextChoices):
@@ -55,9 +58,6 @@ class InboxMessage(models.Model):
     class Meta:
         db_table = "pgmsg_inbox_message"
         constraints = [
-            models.UniqueConstraint(
-                fields=["inbox", "message_id"], name="pgmsg_inbox_message_unique"
-            ),
             models.CheckConstraint(
                 condition=models.Q(status__in=["pending", "processed", "dead", "discarded"]),
                 name="pgmsg_inbox_message_status",
@@ -68,6 +68,9 @@ class InboxMessage(models.Model):
             ),
         ]
         indexes = [
+            # Idempotency: the first-receipt trigger looks a message id up in every partition
+            # (PostgreSQL has no unique index across partitions that leaves out the key).
+            models.Index(fields=["inbox", "message_id"], name="pgmsg_inbox_message_key"),
             # Unordered claim: due pending rows of one inbox in id order.
             models.Index(
                 fields=["inbox", "id"],
@@ -92,6 +95,30 @@ class InboxMessage(models.Model):
             ("discard_inboxmessage", "Can discard inbox messages"),
         ]
         triggers = [
+            # Idempotency across partitions: a message id the inbox already holds is skipped
+            # (the insert returns no row), whichever partition holds the first copy. The
+            # advisory lock makes a concurrent receipt of the same id wait for the first one's
+            # commit, then see it (READ COMMITTED takes a new snapshot per statement); under
+            # REPEATABLE READ the wait could not see it, so that level is refused. Rows moved
+            # between partitions keep their id and are let through.
+            pgtrigger.Trigger(
+                name="pgmsg_inbox_first_receipt",
+                level=pgtrigger.Row,
+                when=pgtrigger.Before,
+                operation=pgtrigger.Insert,
+                func=(
+                    "IF current_setting('transaction_isolation') = 'repeatable read' THEN "
+                    "RAISE EXCEPTION 'pgmsg: inbox % message %: receive in a READ COMMITTED "
+                    "or SERIALIZABLE transaction (REPEATABLE READ cannot see a concurrent "
+                    "first copy)', NEW.inbox, NEW.message_id "
+                    "USING ERRCODE = 'feature_not_supported'; END IF; "
+                    "PERFORM pg_advisory_xact_lock(hashtext('pgmsg.inbox.key:' || NEW.inbox), "
+                    "hashtext(NEW.message_id)); "
+                    "IF EXISTS (SELECT FROM pgmsg_inbox_message WHERE inbox = NEW.inbox "
+                    "AND message_id = NEW.message_id AND id IS DISTINCT FROM NEW.id) THEN "
+                    "RETURN NULL; END IF; RETURN NEW;"
+                ),
+            ),
             # The export keeps a log of row versions (pgmsg.export): a row that changes gets
             # the updating transaction's id, so the next incremental export takes its new
             # version, gap-free like an insert. Updates that change nothing keep it.
@@ -110,7 +137,7 @@ class InboxMessage(models.Model):
             ),
             # One wake-up per inbox per statement, only while a worker for it is idle
             # (core/wake.py; NOTIFY is delivered at commit, identical payloads fold into one).
-            # Duplicates skipped by ON CONFLICT DO NOTHING are not in new_rows, so an
+            # Duplicates skipped by the first-receipt trigger are not in new_rows, so an
             # all-duplicate insert wakes nobody.
             pgtrigger.Trigger(
                 name="pgmsg_inbox_wake",

@@ -19,10 +19,7 @@ from pgmsg_tests.testapp.inbox_handlers import webhooks
 PACKAGE = Path(pgmsg.__file__).parent
 SQL_FILES = sorted(p for p in PACKAGE.rglob("*.sql") if "migrations" not in p.parts)
 #: Statements reached by a computed name: (file, name) -> where.
-COMPUTED = {
-    ("inbox.sql", "purge_processed"): 'QUERIES[f"purge_{kind}"]',
-    ("inbox.sql", "purge_dead"): 'QUERIES[f"purge_{kind}"]',
-}
+COMPUTED = {}
 #: model_inbox.sql's fragments are parts of other statements, not statements.
 FRAGMENTS = {
     "unprocessed_null",
@@ -32,8 +29,24 @@ FRAGMENTS = {
     "partition_by_key",
     "partition_by_aggregate",
 }
-#: Utility statements, which EXPLAIN does not take (the tests that run them cover them).
-UTILITY = {("logical.sql", "create_publication")}
+#: Utility statements (DDL, LOCK, SET, TRUNCATE) and statements on a temporary table, which
+#: EXPLAIN cannot take: the partition and retention tests run them for real.
+NOT_EXPLAINABLE = {
+    ("partitions.sql", "create_partition"),
+    ("partitions.sql", "drop_partition"),
+    ("partitions.sql", "lock_timeout"),
+    ("retention.sql", "lock_partition"),
+    ("archive.sql", "lock_partition"),
+    ("retention.sql", "keep_rows"),
+    ("retention.sql", "empty_partition"),
+    ("retention.sql", "restore_kept"),
+    ("logical.sql", "create_publication"),
+}
+#: Statements about one partition: checked on the default partition of their table.
+PARTITION_IDENTIFIERS = {
+    "retention.sql": {"partition": "pgmsg_inbox_message_default"},
+    "archive.sql": {"partition": "pgmsg_event_default"},
+}
 _PARAM = re.compile(r"%\((\w+)\)[sb]")
 #: The export's statements name the exported table's columns: check them on the event table.
 EXPORT_IDENTIFIERS = {
@@ -66,6 +79,9 @@ def test_every_sql_file_is_found():
         "inbox.sql",
         "model_inbox.sql",
         "outbox.sql",
+        "partitions.sql",
+        "retention.sql",
+        "archive.sql",
     }
 
 
@@ -80,7 +96,7 @@ def test_every_named_statement_is_used(path, name, text):
 @pytest.mark.django_db
 @pytest.mark.parametrize(("path", "name", "text"), list(statements()))
 def test_postgresql_accepts_every_named_statement(path, name, text):
-    if name in FRAGMENTS or (path.name, name) in UTILITY:
+    if name in FRAGMENTS or (path.name, name) in NOT_EXPLAINABLE:
         return
     if (path.name, name) == ("subscriptions.sql", "create_partition_index"):
         # DDL cannot be EXPLAINed: run it for a sample subscription, and roll it back.
@@ -89,7 +105,9 @@ def test_postgresql_accepts_every_named_statement(path, name, text):
             cursor.execute(subscriptions.partition_index(sub)[1])
             transaction.set_rollback(True)
         return
-    if path.name == "model_inbox.sql":
+    if path.name in PARTITION_IDENTIFIERS:
+        statement = text.format(**PARTITION_IDENTIFIERS[path.name])
+    elif path.name == "model_inbox.sql":
         statement = model_inbox.queries(webhooks)[name]
         if isinstance(statement, pgsql.Composed):
             statement = statement.as_string(connection.connection)

@@ -1,0 +1,137 @@
+"""Archive to the lake: old monthly partitions of the event store go to Parquet, are counted
+there, and only then are dropped (manage.py pgmsg_archive; docs/storage.md).
+
+Every step before the drop leaves the partition in place: a run that fails or is killed
+midway is run again, and exports the partition again over the same path. The drop and the
+record that says where the rows went commit together, after the Parquet count matched the
+count taken under the partition's lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connections, transaction
+from django.utils import timezone
+from psycopg import sql as pgsql
+
+from pgmsg.core import conf, errors, partitions, sql
+from pgmsg.export import output, run, session, tables
+
+logger = logging.getLogger(__name__)
+
+QUERIES = sql.load(__package__, "archive.sql")
+
+TABLE = "pgmsg_event"
+
+
+@dataclasses.dataclass(frozen=True)
+class Archived:
+    partition: str
+    path: str
+    rows: int
+
+    def describe(self) -> str:
+        return f"{self.partition}: {self.rows} row(s) archived to {self.path} and dropped"
+
+
+def due(before: dt.datetime) -> list[partitions.Partition]:
+    """The event partitions whose whole range ends at or before ``before``, oldest first."""
+    with connections[conf.get().DATABASE].cursor() as cursor:
+        found = partitions.partitions(cursor, TABLE)
+    return [p for p in found if not p.is_default and p.upper_time() <= before]  # type: ignore[operator]
+
+
+def archive(
+    before: dt.datetime,
+    output_path: str,
+    *,
+    master: str | None = None,
+    spark: Any = None,
+    echo: Callable[[str], None] | None = None,
+) -> list[Archived]:
+    """Archive every event partition that ends at or before ``before`` under ``output_path``
+    (one Parquet dataset per partition, named after it). Raises ArchiveError at the first
+    partition that cannot be archived; those archived before it stay archived."""
+    echo = echo or logger.info
+    if timezone.is_naive(before):
+        raise errors.ArchiveError(f"archive: --before needs a time zone, got {before!r}")
+    if before > timezone.now():
+        raise errors.ArchiveError(
+            f"archive: --before {before.isoformat()} is in the future: only months that have "
+            "ended are archived"
+        )
+    todo = due(before)
+    if not todo:
+        echo(f"nothing to archive: no event partition ends at or before {before.isoformat()}")
+        return []
+    master = master or conf.get().EXPORT_SPARK_MASTER
+    if spark is None:
+        session.check(master)
+        spark = session.start_spark(master, name="pgmsg archive")
+    return [_archive_one(p, output_path, spark=spark, echo=echo) for p in todo]
+
+
+def _archive_one(
+    partition: partitions.Partition, output_path: str, *, spark: Any, echo: Callable[[str], None]
+) -> Archived:
+    from pgmsg.models import Archive
+
+    path = output.join(output_path, partition.name)
+    database = conf.get().DATABASE
+    Archive.objects.using(database).update_or_create(
+        partition=partition.name,
+        defaults={
+            "table": TABLE,
+            "lower": partition.lower_time(),
+            "upper": partition.upper_time(),
+            "path": path,
+            "status": Archive.Status.EXPORTING,
+        },
+    )
+    echo(f"archiving {partition.name} [{partition.lower}, {partition.upper}) to {path}")
+    # The partition is exported whole, as a snapshot (no watermark to follow).
+    spec = tables.register(
+        dataclasses.replace(
+            tables.get("events"),
+            name=partition.name,
+            table=partition.name,
+            transaction_column=None,
+        )
+    )
+    try:
+        run.export_tables(output_path, tables=[spec.name], spark=spark, full=True, echo=echo)
+    finally:
+        tables.unregister(spec.name)
+    exported = spark.read.parquet(path).count()
+    with transaction.atomic(using=database), connections[database].cursor() as cursor:
+        cursor.execute(partitions.QUERIES["lock_timeout"])
+        cursor.execute(_compose("lock_partition", partition.name))
+        cursor.execute(_compose("partition_rows", partition.name))
+        rows, first, last = cursor.fetchone()
+        if rows != exported:
+            raise errors.ArchiveError(
+                f"archive: {partition.name} holds {rows} row(s) but {path} has {exported}: "
+                "nothing was dropped; run pgmsg_archive again"
+            )
+        cursor.execute(_compose("forget_keys", partition.name))
+        partitions.drop(cursor, partition.name)
+        cursor.execute(QUERIES["forget_dataset_watermark"], {"name": spec.name})
+        Archive.objects.using(database).filter(partition=partition.name).update(
+            status=Archive.Status.ARCHIVED,
+            rows=rows,
+            first_position=first,
+            last_position=last,
+            archived_at=timezone.now(),
+        )
+    done = Archived(partition.name, path, rows)
+    echo(done.describe())
+    return done
+
+
+def _compose(statement: str, partition: str) -> pgsql.Composed:
+    return pgsql.SQL(QUERIES[statement]).format(partition=partitions.identifier(partition))

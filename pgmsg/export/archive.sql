@@ -1,0 +1,16 @@
+-- name: partition_rows
+-- Under the partition's lock: its rows and the range of positions they hold.
+SELECT count(*), min(position), max(position) FROM {partition};
+
+-- name: lock_partition
+-- Nobody writes or reads the partition while its rows are counted and it is dropped.
+LOCK TABLE {partition} IN ACCESS EXCLUSIVE MODE;
+
+-- name: forget_dataset_watermark
+-- The archive's export is a one-off snapshot: its watermark row is not kept.
+DELETE FROM pgmsg_export_watermark WHERE name = %(name)s;
+
+-- name: forget_keys
+-- The message ids of the events about to be dropped leave the key table with them (a later
+-- append of such an id is a new event: the old one is in the archive).
+DELETE FROM pgmsg_event_key WHERE message_id IN (SELECT message_id FROM {partition});

@@ -1,0 +1,99 @@
+"""The event store over monthly partitions: message ids stay idempotent whichever partition
+holds the first copy, and reads, versions and the read order are unchanged across them."""
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+from django.db import connection, transaction
+
+import pgmsg
+from pgmsg.core import errors, partitions
+from pgmsg.models import StoredEvent
+from pgmsg_tests.testapp.events_handlers import Deposited
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TABLE = "pgmsg_event"
+SUBSCRIPTION = "test-ledger"
+
+
+def _last_month() -> tuple[str, dt.datetime]:
+    today = dt.datetime.now(dt.UTC)
+    index = today.year * 12 + today.month - 2
+    start = dt.datetime(index // 12, index % 12 + 1, 1, tzinfo=dt.UTC)
+    end = dt.datetime(today.year, today.month, 1, tzinfo=dt.UTC)
+    name = f"{TABLE}_p{start:%Y%m}"
+    with transaction.atomic(), connection.cursor() as cursor:
+        if name not in {p.name for p in partitions.partitions(cursor, TABLE)}:
+            partitions.create(cursor, TABLE, name, start, end)
+    return name, start
+
+
+def _partition_of(stream: str) -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT tableoid::regclass::text FROM {TABLE} WHERE stream_name = %s ORDER BY version",
+            [stream],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_a_stored_message_id_in_an_older_partition_is_still_recognised():
+    name, start = _last_month()
+    first = [Deposited(amount=Decimal(1)), Deposited(amount=Decimal(2))]
+    pgmsg.append("account-1", first)
+    StoredEvent.objects.filter(stream_name="account-1").update(
+        recorded_at=start + dt.timedelta(days=2)
+    )
+    assert _partition_of("account-1") == [name, name]
+    retried = [Deposited(amount=Decimal(1), message_id=e.message_id) for e in first]
+    assert pgmsg.append("account-1", retried) == 2
+    with pytest.raises(errors.DuplicateMessageId, match="already stored in other streams"):
+        pgmsg.append("account-2", Deposited(amount=Decimal(1), message_id=first[0].message_id))
+    assert StoredEvent.objects.count() == 2
+
+
+def test_streams_read_whole_and_in_order_across_partitions():
+    name, start = _last_month()
+    pgmsg.append("account-3", [Deposited(amount=Decimal(i)) for i in range(3)])
+    StoredEvent.objects.filter(stream_name="account-3").update(
+        recorded_at=start + dt.timedelta(days=2)
+    )
+    assert pgmsg.append("account-3", Deposited(amount=Decimal(9)), expected_version=3) == 4
+    assert _partition_of("account-3") == [
+        name,
+        name,
+        name,
+        f"{TABLE}_p{dt.datetime.now(dt.UTC):%Y%m}",
+    ]
+    with pytest.raises(errors.ConcurrencyError):
+        pgmsg.append("account-3", Deposited(amount=Decimal(1)), expected_version=3)
+    assert [e.version for e in pgmsg.read_stream("account-3")] == [1, 2, 3, 4]
+    assert [e.version for e in pgmsg.read_all() if e.stream_name == "account-3"] == [1, 2, 3, 4]
+
+
+def _drop_future_months() -> list[str]:
+    this_month = partitions.month_start(dt.datetime.now(dt.UTC))
+    with transaction.atomic(), connection.cursor() as cursor:
+        future = [
+            p.name
+            for p in partitions.partitions(cursor, TABLE)
+            if not p.is_default and p.lower_time() > this_month
+        ]
+        for name in future:
+            partitions.drop(cursor, name)
+    return future
+
+
+def test_a_subscription_worker_makes_the_months_ahead_itself():
+    from pgmsg.core.worker import Worker
+    from pgmsg.events import partitions as event_partitions
+
+    dropped = _drop_future_months()
+    assert len(dropped) == event_partitions.MONTHS_AHEAD
+    pgmsg.append("account-5", Deposited(amount=Decimal(1)))
+    Worker(subscriptions=[SUBSCRIPTION], until_idle=True, install_signal_handlers=False).run()
+    with connection.cursor() as cursor:
+        names = {p.name for p in partitions.partitions(cursor, TABLE)}
+    assert set(dropped) <= names

@@ -1,0 +1,110 @@
+"""The migration path: a database made by the migrations before the partitioned layout keeps
+every row through ``migrate``, and works as before afterwards."""
+
+import os
+import subprocess
+import sys
+import uuid
+
+import psycopg
+import pytest
+from django.db import connection
+
+from pgmsg_dev.devdb import database_url
+from pgmsg_tests.conftest import ROOT
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SCRATCH = "test_pgmsg_migration_path"
+BEFORE = "0013_inbox_version_when_done"
+
+
+def _migrate(url: str, *target: str) -> None:
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "pgmsg_tests.settings"}
+    subprocess.run(
+        [sys.executable, "-m", "django", "migrate", *target, "-v", "0"],
+        cwd=ROOT, env=env, check=True, timeout=300,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def scratch_url():
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {SCRATCH}")
+        cursor.execute(f"CREATE DATABASE {SCRATCH}")
+    yield database_url(connection.settings_dict, name=SCRATCH)
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {SCRATCH} WITH (FORCE)")
+
+
+def _rows(db, query: str) -> list[tuple]:
+    return db.execute(query).fetchall()
+
+
+def test_migrate_converts_a_database_of_the_plain_layout_keeping_every_row(scratch_url):
+    _migrate(scratch_url, "pgmsg", BEFORE)
+    event_ids = [uuid.uuid4() for _ in range(3)]
+    with psycopg.connect(scratch_url, autocommit=True) as db:
+        db.execute(
+            "INSERT INTO pgmsg_inbox_message (inbox, message_id, type, payload, status, "
+            "received_at, processed_at) VALUES "
+            "('hooks', 'a', 't', '{}', 'processed', now() - interval '40 days', now()), "
+            "('hooks', 'b', 't', '{\"x\": 1}', 'pending', now(), NULL)"
+        )
+        db.execute(
+            "INSERT INTO pgmsg_stream (name, version, transaction_id) "
+            "VALUES ('order-1', 3, pg_current_xact_id())"
+        )
+        for version, message_id in enumerate(event_ids, start=1):
+            db.execute(
+                "INSERT INTO pgmsg_event (stream_name, category, version, type, data, metadata, "
+                "message_id, recorded_at) VALUES ('order-1', 'order', %s, 't', '{}', '{}', %s, "
+                "now() - make_interval(days => %s))",
+                [version, message_id, 70 - version * 30],
+            )
+        inbox_before = _rows(db, "SELECT * FROM pgmsg_inbox_message ORDER BY id")
+        events_before = _rows(db, "SELECT * FROM pgmsg_event ORDER BY position")
+
+    _migrate(scratch_url)
+
+    with psycopg.connect(scratch_url, autocommit=True) as db:
+        kinds = dict(
+            _rows(
+                db,
+                "SELECT relname, relkind FROM pg_class "
+                "WHERE relname IN ('pgmsg_inbox_message', 'pgmsg_event')",
+            )
+        )
+        assert kinds == {"pgmsg_inbox_message": "p", "pgmsg_event": "p"}
+        assert _rows(db, "SELECT * FROM pgmsg_inbox_message ORDER BY id") == inbox_before
+        assert _rows(db, "SELECT * FROM pgmsg_event ORDER BY position") == events_before
+        # Old rows sit in the partitions of their own month or week (UTC).
+        assert not _rows(
+            db,
+            "SELECT position FROM pgmsg_event WHERE tableoid::regclass::text "
+            "<> 'pgmsg_event_p' || to_char(recorded_at AT TIME ZONE 'UTC', 'YYYYMM')",
+        )
+        assert not _rows(
+            db,
+            "SELECT id FROM pgmsg_inbox_message WHERE tableoid::regclass::text "
+            "<> 'pgmsg_inbox_message_p' "
+            "|| to_char(date_trunc('week', received_at AT TIME ZONE 'UTC'), 'YYYYMMDD')",
+        )
+        # Idempotency holds for rows from before; new ids follow the old ones.
+        assert not _rows(
+            db,
+            "INSERT INTO pgmsg_inbox_message (inbox, message_id, type, payload) "
+            "VALUES ('hooks', 'a', 't', '{}') RETURNING id",
+        )
+        (new_id,) = _rows(
+            db,
+            "INSERT INTO pgmsg_inbox_message (inbox, message_id, type, payload) "
+            "VALUES ('hooks', 'c', 't', '{}') RETURNING id",
+        )[0]
+        assert new_id > max(row[0] for row in inbox_before)
+        assert not _rows(
+            db,
+            "INSERT INTO pgmsg_event (stream_name, category, version, type, data, metadata, "
+            f"message_id) VALUES ('order-2', 'order', 1, 't', '{{}}', '{{}}', '{event_ids[0]}') "
+            "RETURNING position",
+        )
