@@ -102,9 +102,10 @@ def test_migrate_converts_a_database_of_the_plain_layout_keeping_every_row(scrat
             "VALUES ('hooks', 'c', 't', '{}') RETURNING id",
         )[0]
         assert new_id > max(row[0] for row in inbox_before)
-        assert not _rows(
-            db,
-            "INSERT INTO pgmsg_event (stream_name, category, version, type, data, metadata, "
-            f"message_id) VALUES ('order-2', 'order', 1, 't', '{{}}', '{{}}', '{event_ids[0]}') "
-            "RETURNING position",
-        )
+        with pytest.raises(psycopg.errors.UniqueViolation, match="is stored already"):
+            _rows(
+                db,
+                "INSERT INTO pgmsg_event (stream_name, category, version, type, data, "
+                f"metadata, message_id) VALUES ('order-2', 'order', 1, 't', '{{}}', '{{}}', "
+                f"'{event_ids[0]}') RETURNING position",
+            )
