@@ -31,10 +31,12 @@ def start_ready(workers, *args: str):
 
 
 def listening() -> int:
+    """Workers' LISTEN connections: their last statement is a LISTEN, or a batch's claim
+    record (pgmsg/core/claims.py), which they write too."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND query LIKE 'LISTEN %%'"
+            "AND (query LIKE 'LISTEN %%' OR query LIKE '%%pgmsg_claim%%')"
         )
         return cursor.fetchone()[0]
 
