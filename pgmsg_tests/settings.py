@@ -90,5 +90,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"pgmsg": {"handlers": ["console"], "level": "WARNING"}},
+    # A process test may ask its workers for INFO lines (to wait for one).
+    "loggers": {
+        "pgmsg": {
+            "handlers": ["console"],
+            "level": os.environ.get("PGMSG_TEST_LOG_LEVEL", "WARNING"),
+        }
+    },
 }

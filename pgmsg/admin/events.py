@@ -8,6 +8,7 @@ from django.contrib import admin, messages
 
 from pgmsg.admin.base import MessageAdmin, ReadOnlyAdmin
 from pgmsg.core import errors
+from pgmsg.events import reads
 from pgmsg.events import subscription_operations as subscriptions
 from pgmsg.models import StoredEvent, SubscriptionPartition
 
@@ -58,6 +59,13 @@ class SubscriptionPartitionAdmin(MessageAdmin):
     list_filter = [StateFilter, "subscription"]
     ordering = ["subscription", "partition"]
     actions = ["retry_selected", "skip_selected"]
+
+    def changelist_view(self, request, extra_context=None):
+        # What stops every partition from moving, named where people look when they stall.
+        if request.method == "GET":
+            for blocker in reads.horizon_blockers():
+                self.message_user(request, f"Read horizon held back by {blocker}", messages.WARNING)
+        return super().changelist_view(request, extra_context)
 
     def _lag(self, obj):
         # Computed once per row and page (two indexed queries; see subscription_operations.lag).

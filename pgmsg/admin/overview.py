@@ -21,6 +21,7 @@ from django.utils.http import urlencode
 
 from pgmsg.channels import deadletters
 from pgmsg.core import conf
+from pgmsg.events import reads
 from pgmsg.inbox import operations as inbox_ops
 from pgmsg.metrics import overview
 from pgmsg.models import InboxMessage, Notification, Overview
@@ -91,6 +92,8 @@ class OverviewAdmin(admin.ModelAdmin):
             "title": "pgmsg overview",
             "rows": rows,
             "opts": self.opts,
+            # Open transactions that hold back subscriptions, ordered inboxes and exports.
+            "blockers": [_blocker_row(b) for b in reads.horizon_blockers()],
             "totals": {
                 "backlog": sum(r.backlog for r in rows),
                 "dead": sum(r.dead for r in rows),
@@ -196,6 +199,16 @@ def _dead_url(row: overview.SourceStatus) -> str:
     # A subscription's "dead letters" are its stopped partitions.
     query = urlencode({"subscription": row.name, "status__exact": "stopped"})
     return reverse("admin:pgmsg_subscriptionpartition_changelist") + "?" + query
+
+
+def _blocker_row(blocker) -> dict[str, Any]:
+    return {
+        "pid": blocker.pid if blocker.pid is not None else "prepared",
+        "database": blocker.database,
+        "state": blocker.state,
+        "age": _age(blocker.age),
+        "query": blocker.query,
+    }
 
 
 def _age(seconds: float) -> str:

@@ -15,6 +15,12 @@ the innocents of a poisoned batch are handled one per transaction and the poison
 accumulates crashes. Crashes count as attempts: at the source's ``max_attempts`` the suspect
 becomes a dead letter without running again ("worker process died while handling it").
 
+Rows are named in ``pgmsg_claim.ids`` by a bigint: their own id where it is one and unique to
+the ``kind`` (notifications, plain inbox messages), or ``key(scope, value)``, a 64-bit hash of
+a scope and a value, where it is not (a model inbox's primary keys, which may be text or UUIDs
+and repeat across models; an event, which each subscription handles apart). A collision
+(about 1 in 10^19 per pair) would only lend one row the other's crashes.
+
 Any batch transaction that aborts counts: a killed process, a backend terminated by
 ``idle_in_transaction_session_timeout`` (a frozen worker), a lost connection or a server
 restart. One such event makes its batch's rows suspects once; only repeated deaths with the
@@ -23,6 +29,7 @@ same row make it dead.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Sequence
@@ -39,6 +46,13 @@ DIED = (
     "rolled back each time (process killed, out of memory, segfault, or its session "
     "terminated); not run again. Fix the handler, then replay it."
 )
+
+
+def key(scope: str, value: object) -> int:
+    """The claim id of ``value`` within ``scope`` (a model inbox, a subscription): a signed
+    64-bit hash of both, stable across processes and releases."""
+    digest = hashlib.blake2b(f"{scope}\x00{value}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 def record(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int) -> None:

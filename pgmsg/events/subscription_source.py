@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db import connections, transaction
 
-from pgmsg.core import batch, errors, sources
+from pgmsg.core import batch, claims, errors, sources
 from pgmsg.core.sources import Worker
 from pgmsg.events import partitions as store_partitions
 from pgmsg.events import reads
@@ -17,6 +17,9 @@ from pgmsg.events.subscriptions import (
     ensure_partitions,
     registry,
 )
+
+#: pgmsg_claim.kind of events, named there by claims.key(subscription name, event position).
+CLAIM_KIND = "event"
 
 
 class SubscriptionSource:
@@ -119,6 +122,8 @@ class SubscriptionSource:
 
     def _process_partition(self, worker: Worker, partition: int, xmin: int) -> int:
         db, sub = worker.database, self.sub
+        # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
+        own_transaction = not connections[db].in_atomic_block
         with transaction.atomic(using=db), connections[db].cursor() as cursor:
             cursor.execute(
                 QUERIES["lock_partition"], {"subscription": sub.name, "partition": partition}
@@ -126,7 +131,7 @@ class SubscriptionSource:
             row = cursor.fetchone()
             if row is None:
                 return 0  # another worker holds it, or it is stopped or backing off
-            id_, checkpoint_xid, checkpoint_position, attempts = row
+            id_, checkpoint_xid, checkpoint_position, attempts, xid = row
             start = Checkpoint(checkpoint_xid, checkpoint_position)
             read = reads.read_ordered(
                 cursor,
@@ -139,29 +144,53 @@ class SubscriptionSource:
             )
             # Only the first event read is the one that failed before (if one did).
             first = read[0] if read else None
+            complete = len(read) < worker.batch_size  # every event up to the horizon was read
+            run, suspect = read, None
+            if read and own_transaction:
+                run, suspect = self._record(worker, read, xid)
+            crashes = suspect[1] if suspect else 0
 
             def delivery(recorded: RecordedEvent) -> batch.Delivery:
                 tries = attempts if recorded is first else 0
+                if suspect is not None and recorded is suspect[0]:
+                    tries += crashes  # deaths count as attempts
                 return batch.Delivery("event", recorded.position, sub.name, tries)
 
+            verdict = None
+            if suspect is not None:
+                verdict = claims.died_too_often(
+                    delivery(suspect[0]), crashes=crashes, max_attempts=sub.max_attempts
+                )
+                if verdict is not None:  # it stops the partition without running again
+                    claims.narrow(worker, CLAIM_KIND, [], xid)
+                    run = []
             result = batch.run_batch(
-                worker, read, delivery=delivery, handle=self._handle, group=lambda _: partition
+                worker, run, delivery=delivery, handle=self._handle, group=lambda _: partition
             )
             handled = len(result.done)
             reached = result.done[-1].checkpoint if result.done else start
-            if not result.failed and handled == len(read) < worker.batch_size:
+            if complete and run is read and not result.failed and handled == len(read):
                 # Every matching event of ended transactions was read: the next read may
                 # start at the horizon instead of re-scanning other partitions' events.
                 reached = max(reached, Checkpoint(xmin, 0))
-            if result.failed:
+            failed = None
+            if verdict is not None:
+                failed = (suspect[0], verdict)
+            elif result.failed:
                 recorded, exc = result.failed[0]
-                failure = batch.failure(
-                    delivery(recorded),
-                    exc,
-                    max_attempts=sub.max_attempts,
-                    giving_up="partition stopped",
-                    where=f" partition {partition} ({recorded.stream_name} v{recorded.version})",
+                failed = (
+                    recorded,
+                    batch.failure(
+                        delivery(recorded),
+                        exc,
+                        max_attempts=sub.max_attempts,
+                        giving_up="partition stopped",
+                        where=f" partition {partition} "
+                        f"({recorded.stream_name} v{recorded.version})",
+                    ),
                 )
+            if failed is not None:
+                recorded, failure = failed
                 cursor.execute(
                     QUERIES["fail"],
                     {
@@ -185,8 +214,34 @@ class SubscriptionSource:
                         "handled": handled,
                     },
                 )
+            if suspect is not None and (failed is not None or suspect[0] in result.done):
+                claims.forget(cursor, CLAIM_KIND, self._claim_key(suspect[0]))
         worker.handled += handled
-        return len(read)
+        # A batch cut short at a suspect: come back at once for what follows it.
+        return worker.batch_size if run is not read else len(read)
+
+    def _claim_key(self, recorded: RecordedEvent) -> int:
+        return claims.key(self.sub.name, recorded.position)
+
+    def _record(self, worker: Worker, read: list[RecordedEvent], xid: int):
+        """Record the batch's claim outside its transaction (pgmsg/core/claims.py). If some
+        of its events were in batches that died, the batch is cut short: the events before
+        the first such suspect run as usual; when the suspect comes first, it runs alone.
+
+        Returns (events to run, (the suspect, its crashes) or None).
+        """
+        keys = [self._claim_key(recorded) for recorded in read]
+        crashes = claims.record_and_count(worker, CLAIM_KIND, keys, xid)
+        found = next((i for i, k in enumerate(keys) if k in crashes), None)
+        if found is None:
+            return read, None
+        suspect = (read[found], crashes[keys[found]])
+        if found:
+            run = read[:found]
+            claims.narrow(worker, CLAIM_KIND, keys[:found], xid)
+            return run, None
+        claims.narrow(worker, CLAIM_KIND, keys[:1], xid)
+        return read[:1], suspect
 
     def _handle(self, recorded: RecordedEvent) -> None:
         with events.caused_by(recorded):

@@ -41,8 +41,9 @@ ORDER BY partition;
 
 -- name: lock_partition
 -- Hold one partition for this transaction; a partition another worker holds is skipped.
--- FOR UPDATE returns the row's latest committed checkpoint.
-SELECT id, checkpoint_transaction, checkpoint_position, attempts
+-- FOR UPDATE returns the row's latest committed checkpoint; locking gives this transaction
+-- its id, returned for the batch's claim record (pgmsg/core/claims.py).
+SELECT id, checkpoint_transaction, checkpoint_position, attempts, pg_current_xact_id()::text::bigint
 FROM pgmsg_subscription_partition
 WHERE subscription = %(subscription)s AND partition = %(partition)s
   AND status = 'active' AND next_attempt_at <= now()

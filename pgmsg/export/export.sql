@@ -1,8 +1,3 @@
--- name: snapshot_xmin
--- The gap-free horizon: every transaction below it has committed or rolled back (server-wide),
--- so the rows with a lower transaction id can no longer change.
-SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint;
-
 -- name: table_exists
 -- Whether a registered table has been created (its capability's migration has run).
 SELECT to_regclass(%(table)s) IS NOT NULL;

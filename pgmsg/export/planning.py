@@ -1,7 +1,7 @@
 """Planning a run: which rows of each table, in which read partitions, written how and where.
 
-Everything is decided before Spark starts, from one snapshot xmin, and every option is
-validated here, so a bad option fails before anything is read or created.
+Everything is decided before Spark starts, from one read horizon (pgmsg/core/horizon.py),
+and every option is validated here, so a bad option fails before anything is read or created.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import psycopg
 from django.db import DatabaseError, connections
 from psycopg import sql as pgsql
 
-from pgmsg.core import conf, errors, sql
+from pgmsg.core import conf, errors, horizon, sql
 from pgmsg.export import output, source, tables, watermarks
 
 PARTITION_BY = ("day", "type", "category", "none")
@@ -94,7 +94,7 @@ def plan(
     database_url: str | None = None,
     using: str | None = None,
 ) -> list[TablePlan]:
-    """Decide what each table's export reads, from one snapshot xmin; validates every option."""
+    """Decide what each table's export reads, from one read horizon; validates every option."""
     using = using or conf.get().DATABASE
     check_options(partitions=partitions, partition_by=partition_by, mode=mode)
     flatten = check_fields(flatten)
@@ -102,8 +102,10 @@ def plan(
     try:
         specs = select_tables(tables, using)
         with connections[using].cursor() as cursor:
-            cursor.execute(QUERIES["snapshot_xmin"])
-            xmin = cursor.fetchone()[0]
+            # Every transaction below it that could write this database has ended, so the rows
+            # below it can no longer change; transactions of other databases do not hold it
+            # back. The tables are read in later statements, as horizon() requires.
+            xmin = horizon.horizon(cursor)
             return [
                 _plan_table(
                     cursor,

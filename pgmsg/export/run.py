@@ -2,9 +2,10 @@
 
 Each registered table becomes one Parquet dataset, ``<output>/<name>``. Tables with a
 ``transaction_id xid8`` column are exported incrementally and gap-free: a run reads only
-rows whose transaction id is below ``pg_snapshot_xmin(pg_current_snapshot())`` taken when
-the run starts (every transaction below it has committed or aborted, so that set of rows can
-no longer change), and at least the previous run's xmin. That xmin becomes the table's
+rows whose transaction id is below pgmsg's read horizon taken when the run starts (every
+transaction below it that could write this database has committed or aborted, so that set of
+rows can no longer change; transactions of other databases do not hold it back, see
+pgmsg/core/horizon.py), and at least the previous run's horizon. That xmin becomes the table's
 watermark once its dataset is written, so a transaction that commits late is exported by the
 next run instead of being skipped. Tables without it are exported whole (a snapshot).
 """
@@ -17,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from pgmsg.core import conf, errors
+from pgmsg.core import conf, errors, horizon
 from pgmsg.export import output, planning, session, source, watermarks
 
 logger = logging.getLogger(__name__)
@@ -48,6 +49,8 @@ class ExportSummary:
     spark_seconds: float = 0.0
     seconds: float = 0.0
     dry_run: bool = False
+    #: Open transactions of this database that held the read horizon back when it was taken.
+    blockers: list[horizon.Blocker] = dataclasses.field(default_factory=list)
 
     @property
     def rows(self) -> int:
@@ -116,6 +119,11 @@ def export_tables(
         for table_plan in plans:
             echo(("would export " if dry_run else "exporting ") + table_plan.describe())
         summary = ExportSummary(plans=plans, results=[], dry_run=dry_run)
+        if any(p.transaction_range for p in plans):
+            # What keeps incremental tables' newer rows for a later run (nothing is lost).
+            summary.blockers = horizon.blockers(using=using)
+            for blocker in summary.blockers:
+                echo(f"read horizon held back by {blocker}")
         if dry_run:
             summary.seconds = time.monotonic() - started
             return summary

@@ -13,7 +13,8 @@ block, so rows reach Spark as Arrow record batches.
 The stream (``spark.readStream.format("pgmsg")``) uses pgmsg's gap-free checkpoints as
 offsets: ``{"transaction_id": t, "position": k}`` stands after every row whose
 ``(transaction id, key)`` is at most ``(t, k)``. A micro-batch ends at the greatest such pair
-among rows of ended transactions (below the snapshot xmin), so a transaction that commits late
+among rows of ended transactions (below pgmsg's read horizon, which transactions of other
+databases do not hold back: pgmsg/core/horizon.sql), so a transaction that commits late
 still sorts after the end of every batch planned while it was open, and a replayed batch reads
 exactly the rows it read before.
 """
@@ -56,6 +57,8 @@ from pgmsg.core import sql as named_sql
 FORMAT = "pgmsg"
 
 QUERIES = named_sql.load(__package__, "source.sql")
+#: The core's read horizon statement, carried as a value like the statements above.
+HORIZON = named_sql.load("pgmsg.core", "horizon.sql")["horizon"]
 
 # How each kind of column is selected, parsed from CSV, and typed in Spark. Timestamps travel
 # as integer microseconds since the epoch: exact, and free of any session time zone.
@@ -350,6 +353,8 @@ class PgmsgStreamReader(DataSourceStreamReader):
         rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         params = _bounds(start, "start") | {"limit": rows}
         with connect(self.plan.conninfo) as conn:
+            # The horizon in its own statement first: rows below it are read in a later one.
+            params["horizon"] = str(conn.execute(HORIZON).fetchone()[0])
             tx, key, count, _, _ = conn.execute(self.plan.compose("head"), params).fetchone()
         return start if not count else offset(tx, key)
 

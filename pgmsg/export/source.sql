@@ -28,12 +28,13 @@ TO STDOUT WITH (FORMAT csv);
 
 -- name: head
 -- The stream's head: the greatest (transaction id, key) of the rows of ended transactions
--- (below the snapshot xmin), after the checkpoint (start_tx, start_key), taking at most
+-- (below the read horizon %(horizon)s, taken in an earlier statement: see
+-- pgmsg/core/horizon.sql), after the checkpoint (start_tx, start_key), taking at most
 -- %(limit)s rows (NULL: all). Also the rows it spans and their key range, to plan partitions.
 WITH settled AS (
     SELECT {transaction} AS tx, {key} AS k FROM {table}
     WHERE ({transaction}, {key}) > (%(start_tx)s::text::xid8, %(start_key)s::bigint)
-      AND {transaction} < pg_snapshot_xmin(pg_current_snapshot())
+      AND {transaction} < %(horizon)s::text::xid8
     ORDER BY {transaction}, {key}
     LIMIT %(limit)s
 )

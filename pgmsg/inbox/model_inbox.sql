@@ -7,8 +7,10 @@
 -- name: claim
 -- Due unprocessed rows in primary-key order; rows another worker holds are skipped. A row is
 -- not claimable while its failure record (pgmsg_inbox_message of (inbox, key)) is dead,
--- discarded, or backing off; the record's attempts count the failures so far.
-SELECT t.{pk}, CASE WHEN f.status = 'pending' THEN f.attempts ELSE 0 END
+-- discarded, or backing off; the record's attempts count the failures so far. Each row comes
+-- with this transaction's id, for the batch's claim record (pgmsg/core/claims.py).
+SELECT t.{pk}, CASE WHEN f.status = 'pending' THEN f.attempts ELSE 0 END,
+       pg_current_xact_id()::text::bigint
 FROM {table} AS t
 LEFT JOIN pgmsg_inbox_message AS f ON f.inbox = %(inbox)s AND f.message_id = t.{key}::text
 WHERE {unprocessed}

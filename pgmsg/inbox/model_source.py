@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from django.db import connections, transaction
 
-from pgmsg.core import batch, sources
+from pgmsg.core import batch, claims, sources
 from pgmsg.core.sources import Worker
 from pgmsg.inbox import declarations as inbox
 from pgmsg.inbox import model_inbox
-from pgmsg.inbox.source import InboxSource
+from pgmsg.inbox.source import InboxSource, delivery_of, failure_params
+
+#: pgmsg_claim.kind of model inbox rows, named there by claims.key(inbox name, primary key).
+CLAIM_KIND = "model inbox"
 
 
 class ModelInboxSource(InboxSource):
@@ -33,6 +37,8 @@ class ModelInboxSource(InboxSource):
     def process_batch(self, worker: Worker) -> int:
         self._maybe_run_retention(worker)
         db = worker.database
+        # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
+        own_transaction = not connections[db].in_atomic_block
         outcome: batch.BatchResult[inbox.InboxMessage] = batch.BatchResult()
         with transaction.atomic(using=db), connections[db].cursor() as cursor:
             cursor.execute(
@@ -44,13 +50,47 @@ class ModelInboxSource(InboxSource):
                     "parts": self.parts,
                 },
             )
-            attempts = dict(cursor.fetchall())
+            rows = cursor.fetchall()
+            attempts = {pk: tries for pk, tries, _xid in rows}
             records = self.inbox.model._default_manager.using(db).in_bulk(list(attempts))
             messages = [self._message(records[pk], attempts[pk]) for pk in attempts]
+            verdicts, suspect = [], None
+            if messages and own_transaction:
+                messages, verdicts, suspect = self._record(worker, messages, rows[0][-1])
             self._run(worker, messages, outcome)
-            self._settle(cursor, outcome)
+            self._settle(cursor, outcome, verdicts)
+            if suspect is not None and (
+                verdicts
+                or suspect in outcome.done
+                or any(message is suspect for message, _ in outcome.failed)
+            ):
+                claims.forget(cursor, CLAIM_KIND, self._claim_key(suspect))
         worker.handled += len(outcome.done)
-        return len(attempts)
+        # A batch narrowed to its suspect left the rest claimable: come back for them at once.
+        return worker.batch_size if suspect is not None else len(rows)
+
+    def _claim_key(self, message: inbox.InboxMessage) -> int:
+        return claims.key(self.inbox.name, message.id)
+
+    def _record(self, worker, messages, xid):
+        """Record the batch's claim outside its transaction (pgmsg/core/claims.py); if some of
+        its rows were in batches that died, keep only the first such suspect, alone.
+
+        Returns (messages to run, [(message, dead Failure)], the suspect or None).
+        """
+        keys = [self._claim_key(m) for m in messages]
+        crashes = claims.record_and_count(worker, CLAIM_KIND, keys, xid)
+        if not crashes:
+            return messages, [], None
+        first, count = next((m, crashes[k]) for m, k in zip(messages, keys) if k in crashes)
+        suspect = dataclasses.replace(first, attempts=first.attempts + count)
+        verdict = claims.died_too_often(
+            delivery_of(suspect), crashes=count, max_attempts=self.inbox.max_attempts
+        )
+        claims.narrow(worker, CLAIM_KIND, [] if verdict else [self._claim_key(suspect)], xid)
+        if verdict is not None:
+            return [], [(suspect, verdict)], suspect
+        return [suspect], [], suspect
 
     def _message(self, record, attempts: int) -> inbox.InboxMessage:
         spec = self.inbox
@@ -68,7 +108,10 @@ class ModelInboxSource(InboxSource):
             received_at=None,
         )
 
-    def _settle(self, cursor, outcome: batch.BatchResult[inbox.InboxMessage]) -> None:
+    def _settle(self, cursor, outcome: batch.BatchResult[inbox.InboxMessage], verdicts) -> None:
+        """Mark handled rows processed and record failures, in the claim transaction.
+
+        ``verdicts``: (message, Failure) decided without running (a worker died too often)."""
         spec = self.inbox
         if outcome.done:
             cursor.execute(self.queries["ack"], {"pks": [m.id for m in outcome.done]})
@@ -76,9 +119,10 @@ class ModelInboxSource(InboxSource):
                 self.queries["ack_records"],
                 {"inbox": spec.name, "message_ids": [m.message_id for m in outcome.done]},
             )
-        if outcome.failed:
-            params = self._failure_params(outcome.failed)
-            failed = [message for message, _ in outcome.failed]
+        failures = [*verdicts, *((m, self._failure(m, exc)) for m, exc in outcome.failed)]
+        if failures:
+            params = failure_params(failures)
+            failed = [message for message, _ in failures]
             cursor.execute(
                 self.queries["record_failures"],
                 {

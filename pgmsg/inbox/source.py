@@ -122,7 +122,7 @@ class InboxSource:
         verdict = None
         if count:
             verdict = claims.died_too_often(
-                _delivery(suspect), crashes=count, max_attempts=self.inbox.max_attempts
+                delivery_of(suspect), crashes=count, max_attempts=self.inbox.max_attempts
             )
         claims.narrow(worker, "inbox", [] if verdict else [suspect.id], xid)
         if verdict is not None:
@@ -182,7 +182,7 @@ class InboxSource:
 
     def _run(self, worker, messages, outcome, *, group=None) -> None:
         result = batch.run_batch(
-            worker, messages, delivery=_delivery, handle=self._call, group=group
+            worker, messages, delivery=delivery_of, handle=self._call, group=group
         )
         outcome.done.extend(result.done)
         outcome.failed.extend(result.failed)
@@ -197,7 +197,7 @@ class InboxSource:
         func(message)
 
     def _failure(self, message: inbox.InboxMessage, exc: Exception) -> batch.Failure:
-        return batch.failure(_delivery(message), exc, max_attempts=self.inbox.max_attempts)
+        return batch.failure(delivery_of(message), exc, max_attempts=self.inbox.max_attempts)
 
     def _settle(self, cursor, outcome: batch.BatchResult[inbox.InboxMessage], verdicts) -> None:
         """Acknowledge what was handled and record what failed, in the claim transaction.
@@ -207,11 +207,7 @@ class InboxSource:
             cursor.execute(QUERIES["ack"], {"ids": [m.id for m in outcome.done]})
         failures = [*verdicts, *((m, self._failure(m, exc)) for m, exc in outcome.failed)]
         if failures:
-            cursor.execute(QUERIES["fail"], _failure_params(failures))
-
-    def _failure_params(self, failed) -> dict[str, Any]:
-        """Parameters of the fail statement for (message, exception) pairs."""
-        return _failure_params([(m, self._failure(m, exc)) for m, exc in failed])
+            cursor.execute(QUERIES["fail"], failure_params(failures))
 
     def _maybe_run_retention(self, worker: Worker) -> None:
         now = time.monotonic()
@@ -225,7 +221,8 @@ class InboxSource:
         operations.purge([self.inbox.name], chunks=1, by_partition=False)
 
 
-def _failure_params(failures: list[tuple[inbox.InboxMessage, batch.Failure]]) -> dict[str, Any]:
+def failure_params(failures: list[tuple[inbox.InboxMessage, batch.Failure]]) -> dict[str, Any]:
+    """Parameters of a fail statement for (message, Failure) pairs."""
     return {
         "ids": [m.id for m, _ in failures],
         "errors": [f.error for _, f in failures],
@@ -234,5 +231,5 @@ def _failure_params(failures: list[tuple[inbox.InboxMessage, batch.Failure]]) ->
     }
 
 
-def _delivery(message: inbox.InboxMessage) -> batch.Delivery:
+def delivery_of(message: inbox.InboxMessage) -> batch.Delivery:
     return batch.Delivery("inbox", message.id, message.inbox, message.attempts)

@@ -96,14 +96,21 @@ def test_sigterm_finishes_the_message_in_hand_commits_and_exits(workers):
 
 
 def test_a_second_signal_exits_at_once_and_the_batch_is_redone(workers):
-    proc = workers.start("--batch-size", "50")
+    proc = workers.start("--batch-size", "50", env={"PGMSG_TEST_LOG_LEVEL": "INFO"})
     keys = [f"s{i}" for i in range(8)]
-    # Long enough that the second signal lands while the first message is still in hand (with
-    # 0.1 s, the worker could finish, commit and start exiting before it: exit -15, not 143).
-    pgmsg.notify_many(Work(key=k, sleep=0.5) for k in keys)
+    # The first message stays in hand for seconds (below the test WORKER_IDLE_TIMEOUT of 3 s),
+    # not 0.5 s: on a loaded machine a second signal that came later than that found the
+    # worker done with its message, committed and stopped, in Python's finalization, which
+    # restores the default action (exit -15, not 143).
+    pgmsg.notify_many(Work(key=k, sleep=2.0 if k == "s0" else 0.0) for k in keys)
     wait_for(lambda: locked_rows() > 0, timeout=60, message="worker holds a batch")
     proc.send_signal(signal.SIGTERM)
-    time.sleep(0.05)
+    # Two signals that reach a busy process before its handler runs are one signal.
+    wait_for(
+        lambda: "finishing the message in hand" in workers.log(proc),
+        timeout=30,
+        message="the worker took the first signal",
+    )
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     wait_for(lambda: locked_rows() == 0, timeout=30, message="server released the claims")

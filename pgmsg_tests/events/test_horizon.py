@@ -71,3 +71,36 @@ def test_an_open_writing_transaction_here_holds_the_horizon_back_and_is_named(mo
     finally:
         blocker.close()
     wait_for(lambda: reads.horizon_blockers() == [], timeout=30, message="blocker gone")
+
+
+def test_the_admin_names_what_holds_the_horizon_back(client):
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.create_user("watcher", password="pw", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(codename__in=["view_overview", "view_subscriptionpartition"])
+    )
+    client.force_login(user)
+    pages = ["/admin/pgmsg/overview/", "/admin/pgmsg/subscriptionpartition/"]
+    blocker = open_writing_transaction(connection.settings_dict["NAME"])
+    pid = blocker.info.backend_pid
+    try:
+        # Named once it has held the horizon for horizon.BLOCKED_AFTER seconds.
+        overview = wait_for(
+            lambda: (
+                "Read horizon held back" in (body := client.get(pages[0]).content.decode()) and body
+            ),
+            timeout=30,
+            message="the overview names the blocker",
+        )
+        assert f"<td>{pid}</td>" in overview
+        assert f"<td>{connection.settings_dict['NAME']}</td>" in overview
+        assert "idle in transaction" in overview
+        partitions = client.get(pages[1]).content.decode()
+        assert f"Read horizon held back by pid {pid} on database" in partitions
+        assert "idle in transaction" in partitions
+    finally:
+        blocker.close()
+    wait_for(lambda: reads.horizon_blockers() == [], timeout=30, message="blocker gone")
+    for page in pages:
+        assert "Read horizon held back" not in client.get(page).content.decode()

@@ -31,10 +31,12 @@ def start_ready(workers, *args: str):
 
 
 def listening() -> int:
+    """Workers' LISTEN connections: their last statement is a LISTEN, or a batch's claim
+    record (pgmsg/core/claims.py), which they write too."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND query LIKE 'LISTEN %%'"
+            "AND (query LIKE 'LISTEN %%' OR query LIKE '%%pgmsg_claim%%')"
         )
         return cursor.fetchone()[0]
 
@@ -129,3 +131,45 @@ def test_a_subscriber_sees_every_event_while_writers_commit_out_of_order(workers
     # The writers' commits did arrive out of position order.
     positions = [e.data["position"] for e in handled]
     assert positions != sorted(positions), "no out-of-order commit happened: test is void"
+
+
+def test_an_event_whose_handler_kills_its_worker_stops_its_partition_after_max_attempts(workers):
+    """The poison is counted through pgmsg_claim (its batch's transaction dies with the
+    process), isolated from the events of its batch, and its partition stopped at it after
+    max_attempts (test-crash: 2): nothing after it is skipped, nothing before it runs twice."""
+    from pgmsg.events import subscription_operations as operations
+    from pgmsg.models import SubscriptionPartition
+
+    for n in range(10):
+        pgmsg.append("crash-1", Step(n=n, tag="die" if n == 4 else ""))
+
+    def stopped() -> bool:
+        return SubscriptionPartition.objects.filter(
+            subscription="test-crash", status="stopped"
+        ).exists()
+
+    deaths = 0
+    while not stopped():
+        proc = workers.start("--subscription", "test-crash", "--batch-size", "50")
+        wait_for(
+            lambda proc=proc: proc.poll() is not None or stopped(),
+            timeout=60,
+            message="the worker dies or the partition stops",
+        )
+        if proc.poll() is not None:
+            deaths += 1
+        assert deaths <= 3, "the poison must be counted and its partition stopped"
+    assert deaths == 2
+    poison = pgmsg.read_stream("crash-1")[4]
+    [partition] = SubscriptionPartition.objects.filter(subscription="test-crash")
+    assert partition.failed_position == poison.position
+    assert "worker process died while handling it (2 time(s))" in partition.last_error
+    assert [e.data["n"] for e in effects("sub.crash")] == [0, 1, 2, 3]
+    assert operations.skip("test-crash") == 1  # the operator passes over it
+    wait_for(
+        lambda: Effect.objects.filter(channel="sub.crash").count() >= 9,
+        timeout=60,
+        message="the events after the poison handled",
+    )
+    time.sleep(1.5)  # a sweep interval: late duplicates would show up now
+    assert [e.data["n"] for e in effects("sub.crash")] == [0, 1, 2, 3, 5, 6, 7, 8, 9]

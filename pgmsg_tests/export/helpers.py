@@ -11,6 +11,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from django.db import connection
 
+from pgmsg.core import horizon
 from pgmsg.export import output
 from pgmsg.models import ExportWatermark
 from pgmsg_tests.conftest import wait_for
@@ -71,21 +72,18 @@ def assert_same_rows(exported: list[dict], table: str, key: str, *, flatten=(), 
 
 
 def settle(table: str) -> None:
-    """Wait until every transaction up to the table's newest row has ended, server-wide.
-
-    An export reads only rows of transactions older than the oldest one still open anywhere
-    on the server (its gap-free horizon); other databases' sessions can hold that back.
-    """
+    """Wait until every transaction up to the table's newest row has ended: until pgmsg's read
+    horizon, which bounds an export's reads, passes it (transactions of other databases do not
+    hold it back; open writing transactions of this one do)."""
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT max(transaction_id)::text::bigint FROM {table}")
         newest = cursor.fetchone()[0]
 
     def passed() -> bool:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
-            return cursor.fetchone()[0] > newest
+            return horizon.horizon(cursor) > newest
 
-    wait_for(passed, timeout=120, message=f"the snapshot xmin to pass {table}'s rows")
+    wait_for(passed, timeout=120, message=f"the read horizon to pass {table}'s rows")
 
 
 def watermark_row(name: str):

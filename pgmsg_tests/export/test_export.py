@@ -625,3 +625,56 @@ def test_inbox_status_changes_reach_the_lake_as_new_row_versions(spark, tmp_path
     settle("pgmsg_inbox_message")
     third = export.export_tables(str(tmp_path), spark=spark, tables=["inbox_messages"])
     assert third.results[0].rows == 0  # so it is no new version
+
+
+def test_a_transaction_open_in_another_database_does_not_hold_the_export_back(tmp_path, inbox):
+    """Neither a batch run's plan nor a followed stream's head stops at a transaction of another
+    database; one of this database is named by the dry run (its rows wait for a later run)."""
+    from pgmsg.export import source
+    from pgmsg_tests.events.test_horizon import open_writing_transaction
+
+    other = open_writing_transaction("postgres")
+    try:
+        inbox.receive_many(
+            INBOX, [{"message_id": f"o{i}", "type": "t", "payload": i} for i in range(4)]
+        )
+        settle("pgmsg_inbox_message")
+        lines: list[str] = []
+        summary = export.export_tables(
+            str(tmp_path / "out"), dry_run=True, tables=["inbox_messages"], echo=lines.append
+        )
+        [plan] = summary.plans
+        assert plan.rows == 4 and summary.blockers == []
+        assert not any("held back" in line for line in lines)
+        stream = source.PgmsgStreamReader(plan.read)
+        head = stream.latestOffset(source.offset(0, 0))
+        assert head["position"] == InboxMessage.objects.order_by("id").last().id
+    finally:
+        other.close()
+
+
+def test_the_dry_run_names_a_transaction_of_this_database_that_holds_it_back(
+    tmp_path, inbox, monkeypatch
+):
+    from pgmsg.core import horizon
+    from pgmsg_tests.events.test_horizon import open_writing_transaction
+
+    monkeypatch.setattr(horizon, "BLOCKED_AFTER", 0.0)
+    blocker = open_writing_transaction(connection.settings_dict["NAME"])
+    pid = blocker.info.backend_pid
+    try:
+        inbox.receive(INBOX, "held", type="t", payload={})
+        call_command(
+            "pgmsg_export",
+            "--output",
+            str(tmp_path / "out"),
+            "--dry-run",
+            "--tables",
+            "inbox_messages",
+            stdout=(out := io.StringIO()),
+        )
+    finally:
+        blocker.close()
+    assert "inbox_messages (pgmsg_inbox_message): 0 row(s)" in out.getvalue()
+    assert f"read horizon held back by pid {pid}" in out.getvalue()
+    assert "idle in transaction" in out.getvalue()

@@ -8,6 +8,7 @@ import pytest
 import pgmsg
 from pgmsg.models import InboxMessage
 from pgmsg_tests.conftest import wait_for
+from pgmsg_tests.testapp.inbox_models import WebhookEvent
 from pgmsg_tests.testapp.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,3 +81,35 @@ def test_an_ordered_inbox_isolates_it_and_keeps_its_aggregate_behind_it(workers)
     assert sorted(keys) == ["x:0", "y:0", "y:1", "y:2", "y:3"]
     assert [k for k in keys if k.startswith("y")] == ["y:0", "y:1", "y:2", "y:3"]
     assert all(e.data["previous_done"] for e in Effect.objects.filter(key__startswith="y"))
+
+
+def test_a_model_inbox_isolates_a_row_that_kills_its_worker(workers):
+    WebhookEvent.objects.bulk_create(
+        WebhookEvent(event_id=f"w{i}", kind="charge", body={"die": i == 7}) for i in range(15)
+    )
+
+    def settled() -> bool:
+        dead = InboxMessage.objects.filter(inbox="test.webhooks", status="dead")
+        unprocessed = WebhookEvent.objects.filter(processed_at=None)
+        return not unprocessed.exclude(event_id__in=dead.values("message_id")).exists()
+
+    deaths = 0
+    while not settled():
+        proc = workers.start("--inbox", "test.webhooks", "--batch-size", "50")
+        wait_for(
+            lambda proc=proc: proc.poll() is not None or settled(),
+            timeout=60,
+            message="the worker dies or every row is settled",
+        )
+        if proc.poll() is not None:
+            deaths += 1
+        assert deaths <= 3, "the poison must be isolated and made dead after max_attempts"
+    assert deaths == 2  # test.webhooks has max_attempts=2
+    record = InboxMessage.objects.get(inbox="test.webhooks", message_id="w7")
+    assert record.status == "dead"
+    assert "worker process died while handling it (2 time(s))" in record.last_error
+    assert WebhookEvent.objects.get(event_id="w7").processed_at is None
+    counts = Counter(
+        Effect.objects.filter(channel="inbox:test.webhooks").values_list("key", flat=True)
+    )
+    assert counts == {f"w{i}": 1 for i in range(15) if i != 7}

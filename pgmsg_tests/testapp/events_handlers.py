@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from decimal import Decimal
 
@@ -129,3 +130,14 @@ late = pgmsg.Subscription("test-late", category="late", partitions=1, start="now
 @late.handler(Step)
 def record_late(recorded: pgmsg.RecordedEvent) -> None:
     _record("sub.late", recorded, n=recorded.event.n)
+
+
+# Kills its own worker process on a step tagged "die" (like a segfault or the OOM killer).
+crash = pgmsg.Subscription("test-crash", category="crash", partitions=1, max_attempts=2)
+
+
+@crash.handler(Step)
+def record_crash(recorded: pgmsg.RecordedEvent) -> None:
+    if recorded.event.tag == "die":
+        os.kill(os.getpid(), signal.SIGKILL)
+    _record("sub.crash", recorded, n=recorded.event.n)

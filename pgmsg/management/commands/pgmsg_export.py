@@ -5,7 +5,6 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from pgmsg.core import errors
-from pgmsg.events import reads
 from pgmsg.export import follow, planning, run, tables
 
 
@@ -117,10 +116,6 @@ class Command(BaseCommand):
             raise CommandError(str(exc))
         if summary.dry_run:
             self.stdout.write(summary.describe())
-            self.stdout.write(
-                "".join(f"read horizon held back by {b}\n" for b in reads.horizon_blockers()),
-                ending="",
-            )
         else:
             self.stdout.write(self.style.SUCCESS(summary.describe()))
 
