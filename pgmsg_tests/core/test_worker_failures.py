@@ -172,7 +172,12 @@ def test_an_idle_worker_does_not_spin_while_another_holds_due_rows(workers):
     busy = workers.start("test.work", "--batch-size", "100")
     keys = [f"b{i}" for i in range(100)]
     pgmsg.notify_many(Work(key=k, sleep=0.3) for k in keys)  # one 30 s batch
-    wait_for(lambda: locked_rows() == len(keys), timeout=60, message="busy worker holds all")
+    wait_for(
+        lambda: locked_rows() == len(keys) or busy.poll() is not None,
+        timeout=60,
+        message="busy worker holds all",
+    )
+    assert busy.poll() is None, workers.log(busy)
     sessions = client_sessions()
     workers.start("test.work")
     wait_for(lambda: client_sessions() == sessions + 2, timeout=60, message="idle worker runs")
