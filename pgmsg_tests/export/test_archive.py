@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 from django.db import connection, transaction
@@ -19,7 +18,7 @@ from pgmsg.events import store
 from pgmsg.export import archive
 from pgmsg.models import Archive, EventKey, StoredEvent
 from pgmsg_dev.devdb import database_url
-from pgmsg_tests.conftest import ROOT
+from pgmsg_tests.conftest import ROOT, wait_for
 from pgmsg_tests.export.helpers import read_dataset, settle
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.spark]
@@ -182,11 +181,13 @@ def test_a_run_killed_midway_drops_nothing_and_a_rerun_finishes(spark, tmp_path)
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 180
-        while not Archive.objects.filter(status="exporting").exists():
-            assert proc.poll() is None, "pgmsg_archive ended before it started exporting"
-            assert time.monotonic() < deadline, "pgmsg_archive never started exporting"
-            time.sleep(0.02)
+        wait_for(
+            lambda: Archive.objects.filter(status="exporting").exists() or proc.poll() is not None,
+            timeout=180,
+            interval=0.02,
+            message="pgmsg_archive starts exporting",
+        )
+        assert proc.poll() is None, "pgmsg_archive ended before it started exporting"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
