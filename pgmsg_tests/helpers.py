@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from django.db import connection
+
 from pgmsg.core.worker import Worker
 from pgmsg.models import Notification
 from pgmsg_tests.testapp.models import Effect
@@ -32,3 +34,16 @@ def make_due_now() -> None:
     from django.db.models.functions import Now
 
     Notification.objects.filter(status="pending").update(available_at=Now())
+
+
+def locked_rows() -> int:
+    """Stored notifications in the batches of worker transactions still open, read from the
+    workers' crash records (pgmsg/core/claims.py). Looking takes no row lock: a probe that
+    locked rows (FOR UPDATE SKIP LOCKED) would make a worker's claim skip them."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(cardinality(ids)), 0) FROM pgmsg_claim "
+            "WHERE kind = 'notification' "
+            "AND pg_xact_status(transaction_id::text::xid8) = 'in progress'"
+        )
+        return cursor.fetchone()[0]

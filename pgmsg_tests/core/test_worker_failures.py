@@ -15,7 +15,7 @@ import pgmsg
 from pgmsg.models import Notification
 from pgmsg_dev.devdb import database_url
 from pgmsg_tests.conftest import wait_for
-from pgmsg_tests.helpers import effect_counts
+from pgmsg_tests.helpers import effect_counts, locked_rows
 from pgmsg_tests.testapp.channels import Poison, Work
 from pgmsg_tests.testapp.models import Effect
 
@@ -59,19 +59,6 @@ def test_a_message_that_kills_its_worker_dies_alone_and_its_batch_is_handled_onc
             "SELECT count(*) FROM pgmsg_claim WHERE ids <> '{}' AND %s = ANY(ids)", [poison.id]
         )
         assert cursor.fetchone()[0] == 0
-
-
-def locked_rows() -> int:
-    """Stored notifications currently locked by some worker's open claim transaction."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pgmsg_notification")
-        total = cursor.fetchone()[0]
-        cursor.execute(
-            "SELECT count(*) FROM (SELECT id FROM pgmsg_notification FOR UPDATE SKIP LOCKED) s"
-        )
-        free = cursor.fetchone()[0]
-        transaction.set_rollback(True)
-    return total - free
 
 
 def test_a_frozen_worker_loses_its_batch_to_another_worker(workers):

@@ -6,29 +6,16 @@ import time
 
 import psutil
 import pytest
-from django.db import connection, transaction
+from django.db import connection
 
 import pgmsg
 from pgmsg.models import Notification
 from pgmsg_tests.conftest import wait_for
-from pgmsg_tests.helpers import effect_counts
+from pgmsg_tests.helpers import effect_counts, locked_rows
 from pgmsg_tests.testapp.channels import Shout, Work
 from pgmsg_tests.testapp.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def locked_rows() -> int:
-    """Stored notifications currently locked by some worker's open claim transaction."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pgmsg_notification")
-        total = cursor.fetchone()[0]
-        cursor.execute(
-            "SELECT count(*) FROM (SELECT id FROM pgmsg_notification FOR UPDATE SKIP LOCKED) s"
-        )
-        free = cursor.fetchone()[0]
-        transaction.set_rollback(True)
-    return total - free
 
 
 def all_handled(total: int):
