@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.db.models import Q
 from django.utils.html import format_html
 
 
@@ -79,3 +80,23 @@ class MessageAdmin(ReadOnlyAdmin):
 
     def has_operate_permission(self, request):
         return self._has_operation(request, "operate")
+
+
+class StateFilter(admin.SimpleListFilter):
+    """Messages by state: pending (never tried), retrying, dead (notifications, outbox)."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return [("pending", "pending"), ("retrying", "retrying"), ("dead", "dead")]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value == "pending":
+            return queryset.filter(status="pending", attempts=0)
+        if value == "retrying":
+            return queryset.filter(Q(status="pending") & Q(attempts__gt=0))
+        if value == "dead":
+            return queryset.filter(status="dead")
+        return queryset

@@ -3,29 +3,10 @@
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.db.models import Q
 
-from pgmsg.admin.base import MessageAdmin
+from pgmsg.admin.base import MessageAdmin, StateFilter
 from pgmsg.channels import deadletters as deadletter
 from pgmsg.models import Notification
-
-
-class StateFilter(admin.SimpleListFilter):
-    title = "state"
-    parameter_name = "state"
-
-    def lookups(self, request, model_admin):
-        return [("pending", "pending"), ("retrying", "retrying"), ("dead", "dead")]
-
-    def queryset(self, request, queryset):
-        value = self.value()
-        if value == "pending":
-            return queryset.filter(status="pending", attempts=0)
-        if value == "retrying":
-            return queryset.filter(Q(status="pending") & Q(attempts__gt=0))
-        if value == "dead":
-            return queryset.filter(status="dead")
-        return queryset
 
 
 @admin.register(Notification)
