@@ -123,6 +123,7 @@ def run_batch(
     if not conf.get().SAVEPOINT_PER_MESSAGE and not getattr(worker, "careful", False):
         result: BatchResult[Row] = BatchResult()
         seen: list[Delivery] = []
+        timings: list[tuple[str, str, float]] = []
         try:
             for row in rows:
                 if worker.stopping:
@@ -134,9 +135,7 @@ def run_batch(
                     handle(row)
                 finally:
                     _current.reset(token)
-                    metrics.handler_duration(
-                        current.kind, current.name, time.perf_counter() - started
-                    )
+                    timings.append((current.kind, current.name, time.perf_counter() - started))
                 result.done.append(row)
                 seen.append(current)
         except CONNECTION_LOST:
@@ -149,26 +148,32 @@ def run_batch(
             # behind by a batch that aborted for a crash.
             worker.withdraw_claim()
             raise Redo(f"a handler failed on the fast path: {exc}") from exc
+        finally:
+            metrics.handler_durations(timings)
         _account(db, seen, [])
         return result
     result = BatchResult()
     blocked: set[Hashable] = set()
-    for row in rows:
-        if worker.stopping:
-            break
-        if group is not None and group(row) in blocked:
-            continue
-        try:
-            with delivering(delivery(row)), transaction.atomic(using=db):
-                _timed(handle, row, delivery)
-        except CONNECTION_LOST:
-            raise
-        except Exception as exc:
-            result.failed.append((row, exc))
-            if group is not None:
-                blocked.add(group(row))
-        else:
-            result.done.append(row)
+    timings = []
+    try:
+        for row in rows:
+            if worker.stopping:
+                break
+            if group is not None and group(row) in blocked:
+                continue
+            try:
+                with delivering(delivery(row)), transaction.atomic(using=db):
+                    _timed(handle, row, delivery, timings)
+            except CONNECTION_LOST:
+                raise
+            except Exception as exc:
+                result.failed.append((row, exc))
+                if group is not None:
+                    blocked.add(group(row))
+            else:
+                result.done.append(row)
+    finally:
+        metrics.handler_durations(timings)
     _account(
         db, [delivery(row) for row in result.done], [delivery(row) for row, _ in result.failed]
     )
@@ -182,13 +187,18 @@ def _connection_broken(db: str) -> bool:
     return raw is None or raw.closed or raw.broken
 
 
-def _timed(handle: Callable[[Row], None], row: Row, delivery: Callable[[Row], Delivery]) -> None:
+def _timed(
+    handle: Callable[[Row], None],
+    row: Row,
+    delivery: Callable[[Row], Delivery],
+    timings: list[tuple[str, str, float]],
+) -> None:
     started = time.perf_counter()
     try:
         handle(row)
     finally:
         seen = delivery(row)
-        metrics.handler_duration(seen.kind, seen.name, time.perf_counter() - started)
+        timings.append((seen.kind, seen.name, time.perf_counter() - started))
 
 
 def _account(db: str, done: list[Delivery], failed: list[Delivery]) -> None:
