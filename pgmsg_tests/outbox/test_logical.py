@@ -322,3 +322,71 @@ def test_a_logical_relay_killed_again_and_again_delivers_everything_and_its_slot
         assert all(seqs == list(range(len(seqs))) for seqs in per_key.values())
     finally:
         client.close()
+
+
+def test_two_logical_relays_never_publish_at_once_and_one_takes_over_after_a_kill(
+    logical_outboxes_ready, workers, tmp_path
+):
+    """Two `listen` processes on one logical outbox: the recorder logs which process published
+    each message. While the first lives, the second (started before any message, retrying the
+    outbox's lock every sweep) publishes nothing: every line of the first comes before every
+    line of the second. SIGKILLed, the first lets go of the lock and the slot; the second takes
+    over and publishes the rest, and no committed message is missing."""
+    record = tmp_path / "record.tsv"
+    env = {
+        "DATABASE_URL": database_url(connections[DB].settings_dict),
+        "PGMSG_TEST_LOGICAL": "1",
+        "PGMSG_TEST_RECORD": str(record),
+    }
+
+    def recorded() -> list[list[str]]:
+        return (
+            [line.split("\t") for line in record.read_text().splitlines()]
+            if record.exists()
+            else []
+        )
+
+    def publish(numbers) -> set[str]:
+        with transaction.atomic(using=DB):
+            return {
+                pgmsg.publish(RECORDED, {"n": n}, type="t", key=f"key-{n % 10}").message_id
+                for n in numbers
+            }
+
+    first = workers.start(f"--outbox={RECORDED}", env=env)
+    wait_for(
+        lambda: operations.health([RECORDED])[0].relayed_partitions == (0,),
+        message="the first relay holds the outbox",
+    )
+    second = workers.start(f"--outbox={RECORDED}", env=env)
+    committed: set[str] = set()
+    # Ten transactions, each relayed before the next: the first relay publishes over several
+    # of the second one's tries (SWEEP_INTERVAL is 1 s in the tests).
+    for start in range(0, 200, 20):
+        committed |= publish(range(start, start + 20))
+        wait_for(
+            lambda sent=frozenset(committed): sent <= {mid for _, mid, *_ in recorded()},
+            message="the first relay publishes",
+        )
+        time.sleep(0.3)
+    assert second.poll() is None and first.poll() is None
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    killed_at = time.monotonic()
+    committed |= publish(range(200, 400))
+    wait_for(
+        lambda: committed <= {mid for _, mid, *_ in recorded()},
+        message="the second relay takes over and publishes the rest",
+    )
+    print(f"takeover: the rest published {time.monotonic() - killed_at:.1f}s after the kill")
+    lines = recorded()
+    pids = [int(pid) for pid, *_ in lines]
+    assert set(pids) == {first.pid, second.pid}, "both relays should have published"
+    by_pid = defaultdict(list)
+    for index, pid in enumerate(pids):
+        by_pid[pid].append(index)
+    assert max(by_pid[first.pid]) < min(by_pid[second.pid]), (
+        "the second relay published while the first one held the slot"
+    )
+    assert {mid for _, mid, *_ in lines} == committed  # nothing lost, nothing foreign
+    assert second.poll() is None, workers.log(second)
