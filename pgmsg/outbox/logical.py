@@ -24,7 +24,7 @@ import logging
 import struct
 from collections import defaultdict
 
-from django.db import ProgrammingError, connections, transaction
+from django.db import DatabaseError, ProgrammingError, connections, transaction
 
 from pgmsg.core import batch, errors, sql
 from pgmsg.core.sources import Worker
@@ -124,7 +124,7 @@ class LogicalRelay(OutboxRelay):
         slot = slots.slot_name(self.outbox.name, using=using)
         with connection.cursor() as cursor:
             cursor.execute(QUERIES["server"], {"slot": slot, "publication": PUBLICATION})
-            wal_level, has_slot, has_publication = cursor.fetchone()
+            wal_level, has_slot, has_publication, slot_lost = cursor.fetchone()
             if wal_level != "logical":
                 raise errors.LogicalDecodingUnavailable(
                     f"outbox {self.outbox.name!r} has capture='logical', which reads a "
@@ -132,6 +132,8 @@ class LogicalRelay(OutboxRelay):
                     f"wal_level = {wal_level}. Set wal_level = logical in postgresql.conf and "
                     "restart PostgreSQL, or declare the outbox with capture='table'"
                 )
+            if slot_lost:
+                self._raise_if_lost(using)
             if not has_publication:
                 try:
                     with transaction.atomic(using=using):
@@ -144,6 +146,16 @@ class LogicalRelay(OutboxRelay):
         self.slot = slot
         self._ready_on = connection.connection
 
+    def _raise_if_lost(self, using: str) -> None:
+        """Stop on an invalidated slot: the messages it had not delivered are gone from the
+        WAL, and a new slot would silently skip them, so an operator decides (drop-slot)."""
+        found = slots.state(self.outbox.name, using=using)
+        if found is None or not found.lost:
+            return
+        error = slots.lost_error(self.outbox.name, found)
+        logger.error("pgmsg outbox %r: %s", self.outbox.name, error)
+        raise error
+
     def _relay_slot(self, worker: Worker) -> int:
         db = worker.database
         with connections[db].cursor() as cursor:
@@ -153,7 +165,11 @@ class LogicalRelay(OutboxRelay):
             flushed = cursor.fetchone()[0]
             if flushed == self._quiet_at:
                 return 0
-            cursor.execute(QUERIES["peek"], {"slot": self.slot, "limit": worker.batch_size})
+            try:
+                cursor.execute(QUERIES["peek"], {"slot": self.slot, "limit": worker.batch_size})
+            except DatabaseError:
+                self._raise_if_lost(db)  # invalidated while the relay ran
+                raise
             rows = cursor.fetchall()
         if not rows:
             self._quiet_at = flushed

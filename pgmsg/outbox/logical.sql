@@ -5,19 +5,22 @@
 -- name: emit
 -- One message, transactional: it is decoded only if (and when) its transaction commits, in
 -- commit order. Written only while the outbox's slot exists and is ready (a message written
--- before would never be decoded): no row means "no slot", and publish() raises. pgmsg_wake
--- wakes an idle relay at commit (pgmsg/core/wake.py).
+-- before would never be decoded, and so would one written after the slot was invalidated,
+-- whose confirmed_flush_lsn stays set): no row means "no usable slot", and publish() raises.
+-- pgmsg_wake wakes an idle relay at commit (pgmsg/core/wake.py).
 SELECT pg_logical_emit_message(true, %(prefix)s, %(content)s::text), pgmsg_wake(%(wake)s)
 FROM pg_replication_slots
 WHERE slot_name = %(slot)s AND database = current_database()
-  AND confirmed_flush_lsn IS NOT NULL;
+  AND confirmed_flush_lsn IS NOT NULL AND wal_status IS DISTINCT FROM 'lost';
 
 -- name: server
 -- What the relay needs at start: wal_level, whether its slot and the (empty) publication that
--- pgoutput is given exist.
+-- pgoutput is given exist, and whether the slot was invalidated (wal_status 'lost').
 SELECT current_setting('wal_level'),
        EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = %(slot)s),
-       EXISTS (SELECT FROM pg_publication WHERE pubname = %(publication)s);
+       EXISTS (SELECT FROM pg_publication WHERE pubname = %(publication)s),
+       EXISTS (SELECT FROM pg_replication_slots
+               WHERE slot_name = %(slot)s AND wal_status = 'lost');
 
 -- name: create_publication
 -- pgoutput needs a publication name; an empty one publishes no table change, so the slot yields
@@ -101,3 +104,27 @@ SELECT current_setting('max_slot_wal_keep_size'), current_setting('wal_level');
 -- Remove an outbox's slot (it stops holding WAL; messages not yet relayed are lost with it).
 SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
 WHERE slot_name = %(slot)s AND NOT active;
+
+-- name: slot_state
+-- Everything pg_replication_slots says about one slot, as JSON (its columns differ between
+-- PostgreSQL versions: invalidation_reason and inactive_since exist from 17 on), with the
+-- server's cap on slot WAL and the bytes of WAL from the slot's confirmed position to now.
+SELECT to_jsonb(s), current_setting('max_slot_wal_keep_size'),
+       pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint
+FROM pg_replication_slots AS s
+WHERE s.slot_name = %(slot)s;
+
+-- name: lock_outbox
+-- In the dropping transaction: the outbox's relay lock (partition 0, as a relay takes it), so
+-- that no relay holds the outbox while its slot is dropped; false when one holds it now.
+SELECT pg_try_advisory_xact_lock(hashtext('pgmsg.outbox:' || %(outbox)s), 0);
+
+-- name: relay_holder
+-- The process of the session that holds an outbox's relay lock (a relay), if any.
+SELECT a.pid, a.application_name, a.client_addr::text
+FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid)
+WHERE l.locktype = 'advisory' AND l.granted AND l.database = (
+        SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid::bigint = (hashtext('pgmsg.outbox:' || %(outbox)s)::bigint & 4294967295)
+  AND l.objid = 0 AND l.objsubid = 2
+LIMIT 1;

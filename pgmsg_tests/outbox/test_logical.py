@@ -390,3 +390,38 @@ def test_two_logical_relays_never_publish_at_once_and_one_takes_over_after_a_kil
     )
     assert {mid for _, mid, *_ in lines} == committed  # nothing lost, nothing foreign
     assert second.poll() is None, workers.log(second)
+
+
+def test_drop_slot_lists_what_it_would_lose_refuses_while_a_relay_holds_it_and_asks_for_yes(
+    logical_outboxes_ready, workers
+):
+    first = pgmsg.publish(RECORDED, {"n": 1}, type="t", key="a").message_id
+    second = pgmsg.publish(RECORDED, {"n": 2}, type="t").message_id
+
+    out = StringIO()
+    with pytest.raises(CommandError, match="add --yes"):
+        call_command("pgmsg_outbox", "drop-slot", RECORDED, stdout=out)
+    assert "2 unrelayed message(s) would be lost" in out.getvalue()
+    assert first in out.getvalue() and second in out.getvalue()
+    assert slot_state(RECORDED) is not None
+
+    env = {"DATABASE_URL": database_url(connections[DB].settings_dict), "PGMSG_TEST_LOGICAL": "1"}
+    relay_proc = workers.start(f"--outbox={RECORDED}", env=env)
+    wait_for(
+        lambda: operations.health([RECORDED])[0].relayed_partitions == (0,),
+        message="the relay holds the outbox",
+    )
+    with pytest.raises(CommandError, match="a relay holds outbox"):
+        call_command("pgmsg_outbox", "drop-slot", RECORDED, "--yes", stdout=StringIO())
+    assert slot_state(RECORDED) is not None
+    os.killpg(relay_proc.pid, signal.SIGTERM)
+    relay_proc.wait()
+
+    out = StringIO()
+    call_command("pgmsg_outbox", "drop-slot", RECORDED, "--yes", stdout=out)
+    assert "dropped slot" in out.getvalue()
+    assert slot_state(RECORDED) is None
+    with pytest.raises(errors.ReplicationSlotMissing):
+        pgmsg.publish(RECORDED, {"n": 3}, type="t")
+    with pytest.raises(CommandError, match="has no replication slot"):
+        call_command("pgmsg_outbox", "drop-slot", RECORDED, "--yes", stdout=StringIO())
