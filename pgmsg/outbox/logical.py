@@ -176,10 +176,11 @@ class LogicalRelay(OutboxRelay):
             return 0
         transactions = decode(rows, self.outbox.name)
         envelopes = [e for _, messages in transactions for e in messages]
-        parked, sent, refused = self._settle_in_order(worker, envelopes)
+        blocked, unique, copies = self._held_back(db, envelopes)
+        parked, sent, refused = self._settle_in_order(worker, unique, blocked)
         if parked or refused:
             self._park(db, parked, refused)
-        settled = {e.id for e in parked} | {e.id for e in sent} | {e.id for e, _ in refused}
+        settled = {e.id for e in [*parked, *sent, *copies]} | {e.id for e, _ in refused}
         # Acknowledge only the earliest: up to the last transaction with nothing unsettled
         # before it (every transaction peeked, when all went through).
         confirm = None
@@ -195,14 +196,40 @@ class LogicalRelay(OutboxRelay):
         # back (a broker down, a stop): do not spin on it.
         return len(rows) if transactions and confirm == transactions[-1][0] else 0
 
-    def _settle_in_order(self, worker: Worker, envelopes: list[Envelope]):
-        """Publish what can go now; return (to park behind a row of its key, sent, refused)."""
+    def _held_back(self, db: str, envelopes: list[Envelope]):
+        """(keys with rows in the outbox table, the envelopes to relay, the copies to skip).
+
+        A copy is a message whose id is still unrelayed: in the outbox table, or earlier in this
+        read (nothing of it is confirmed yet). Skipping it is table mode's rule (publish()
+        writes no second row while the first is there); ids further apart in the slot are both
+        published, with the same id (docs/outbox.md).
+        """
+        if not envelopes:
+            return set(), [], []
         keys = sorted({e.key for e in envelopes if e.key is not None})
-        blocked: set[str] = set()
-        if keys:
-            with connections[worker.database].cursor() as cursor:
-                cursor.execute(QUERIES["blocked_keys"], {"outbox": self.outbox.name, "keys": keys})
-                blocked = {row[0] for row in cursor.fetchall()}
+        ids = sorted({e.message_id for e in envelopes})
+        with connections[db].cursor() as cursor:
+            cursor.execute(
+                QUERIES["in_table"], {"outbox": self.outbox.name, "keys": keys, "ids": ids}
+            )
+            found = cursor.fetchall()
+        blocked = {key for key, _ in found if key is not None} & set(keys)
+        seen = {message_id for _, message_id in found}
+        unique, copies = [], []
+        for e in envelopes:
+            (copies if e.message_id in seen else unique).append(e)
+            seen.add(e.message_id)
+        if copies:
+            logger.info(
+                "pgmsg outbox %r: skipped %s message(s) whose id was still unrelayed: %s",
+                self.outbox.name,
+                len(copies),
+                sorted({e.message_id for e in copies}),
+            )
+        return blocked, unique, copies
+
+    def _settle_in_order(self, worker: Worker, envelopes: list[Envelope], blocked: set[str]):
+        """Publish what can go now; return (to park behind a row of its key, sent, refused)."""
         sent, refused = self._publish(worker, [e for e in envelopes if e.key not in blocked])
         refused_keys = {e.key for e, _ in refused if e.key is not None}
         done = {e.id for e in sent} | {e.id for e, _ in refused}

@@ -51,11 +51,13 @@ FROM pg_logical_slot_peek_binary_changes(%(slot)s, NULL, %(limit)s,
 -- the outbox table): decoding starts after it from now on.
 SELECT pg_replication_slot_advance(%(slot)s, %(lsn)s::pg_lsn)::text;
 
--- name: blocked_keys
--- Keys of these messages that have rows in the outbox table (refused, retrying, dead, or parked
--- behind one of those): their next messages go into the table too, behind them.
-SELECT DISTINCT key FROM pgmsg_outbox_message
-WHERE outbox = %(outbox)s AND key = ANY(%(keys)s::text[]);
+-- name: in_table
+-- Rows of the outbox table with these keys or message ids. A key with a row there (refused,
+-- retrying, dead, or parked behind one of those) holds back its next messages: they go into the
+-- table too, behind it. A message id with a row there is still unrelayed: a second message
+-- with that id is skipped, as table mode's publish() skips it (ON CONFLICT DO NOTHING).
+SELECT key, message_id FROM pgmsg_outbox_message
+WHERE outbox = %(outbox)s AND (key = ANY(%(keys)s::text[]) OR message_id = ANY(%(ids)s::text[]));
 
 -- name: park
 -- Messages read from the slot that go to the table: refused ones (attempts 1, the broker's

@@ -425,3 +425,39 @@ def test_drop_slot_lists_what_it_would_lose_refuses_while_a_relay_holds_it_and_a
         pgmsg.publish(RECORDED, {"n": 3}, type="t")
     with pytest.raises(CommandError, match="has no replication slot"):
         call_command("pgmsg_outbox", "drop-slot", RECORDED, "--yes", stdout=StringIO())
+
+
+@pytest.mark.parametrize("outbox", [RECORDED, "test.recorded"], ids=["logical", "table"])
+def test_a_message_id_still_unrelayed_is_relayed_once_and_again_after_it_was_relayed(
+    logical_outboxes_ready, outbox
+):
+    """Table mode is the reference: publish() skips a message id that has a row (stored=False).
+    Logical mode writes both (stored=True) and its relay skips the later copy when it reads
+    them together, or finds the id in the outbox table; the first copy wins in both modes. Once
+    relayed, the same id is published again in both modes (the broker or consumer dedupes)."""
+    pgmsg.publish(outbox, {"n": 1}, type="t", key="a", message_id="m-1")
+    pgmsg.publish(outbox, {"n": 2}, type="t", key="b", message_id="m-1")  # a copy
+    pgmsg.publish(outbox, {"n": 3}, type="t", message_id="m-2")
+
+    relay(outbox)
+
+    assert [(e.message_id, json.loads(e.payload)["n"]) for e in outbox_declarations.RECORDED] == [
+        ("m-1", 1),
+        ("m-2", 3),
+    ]
+    pgmsg.publish(outbox, {"n": 4}, type="t", key="a", message_id="m-1")  # relayed already
+    relay(outbox)
+    assert recorded_numbers() == [1, 3, 4]
+
+
+def test_a_logical_copy_of_a_message_id_in_the_outbox_table_is_skipped(logical_outboxes_ready):
+    pgmsg.publish(RECORDED, {"n": 1, "refuse": 9}, type="t", message_id="m-1")
+    relay(RECORDED)  # refused: into the table
+    assert [r.message_id for r in rows(RECORDED)] == ["m-1"]
+    pgmsg.publish(RECORDED, {"n": 2}, type="t", message_id="m-1")  # keyless: not held back
+
+    relay(RECORDED)
+
+    assert recorded_numbers() == []
+    assert ahead_of_slot(RECORDED) == []  # the copy was read and skipped, the slot moved on
+    assert [r.payload["n"] for r in rows(RECORDED)] == [1]
