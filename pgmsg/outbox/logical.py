@@ -39,6 +39,11 @@ QUERIES = sql.load(__package__, "logical.sql")
 #: The empty publication pgoutput is given (it yields the logical messages, no table change).
 PUBLICATION = "pgmsg_outbox"
 
+#: Bytes of WAL between the slot's restart and confirmed positions from which the relay asks
+#: for a running-transactions record (log_snapshot in logical.sql): decoding 1 MB again costs
+#: a peek about 3 ms (measured: 3.7 MB, 11 to 15 ms per empty peek).
+RESTART_GAP = 1 << 20
+
 
 # -- decoding pgoutput ---------------------------------------------------------------------------
 
@@ -103,6 +108,8 @@ class LogicalRelay(OutboxRelay):
         self.slot = ""  # its name, known once prepare() has run
         #: The WAL flush position before the last peek that found nothing (see _relay_slot).
         self._quiet_at: str | None = None
+        #: pg_log_standby_snapshot() exists (PostgreSQL 16+) and this user may call it.
+        self._can_log_snapshot = False
 
     def process_batch(self, worker: Worker) -> int:
         self._take_partitions(worker)
@@ -124,7 +131,7 @@ class LogicalRelay(OutboxRelay):
         slot = slots.slot_name(self.outbox.name, using=using)
         with connection.cursor() as cursor:
             cursor.execute(QUERIES["server"], {"slot": slot, "publication": PUBLICATION})
-            wal_level, has_slot, has_publication, slot_lost = cursor.fetchone()
+            wal_level, has_slot, has_publication, slot_lost, can_log = cursor.fetchone()
             if wal_level != "logical":
                 raise errors.LogicalDecodingUnavailable(
                     f"outbox {self.outbox.name!r} has capture='logical', which reads a "
@@ -144,6 +151,7 @@ class LogicalRelay(OutboxRelay):
                 cursor.execute(QUERIES["create_slot"], {"slot": slot})
                 logger.info("pgmsg outbox %r: created replication slot %r", self.outbox.name, slot)
         self.slot = slot
+        self._can_log_snapshot = can_log
         self._ready_on = connection.connection
 
     def _raise_if_lost(self, using: str) -> None:
@@ -191,6 +199,8 @@ class LogicalRelay(OutboxRelay):
         if confirm is not None:
             with connections[db].cursor() as cursor:
                 cursor.execute(QUERIES["advance"], {"slot": self.slot, "lsn": confirm})
+                if self._can_log_snapshot:
+                    cursor.execute(QUERIES["log_snapshot"], {"slot": self.slot, "gap": RESTART_GAP})
         worker.handled += len(sent)
         # The whole peek was confirmed: there may be more behind it. Something held the slot
         # back (a broker down, a stop): do not spin on it.

@@ -20,7 +20,9 @@ SELECT current_setting('wal_level'),
        EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = %(slot)s),
        EXISTS (SELECT FROM pg_publication WHERE pubname = %(publication)s),
        EXISTS (SELECT FROM pg_replication_slots
-               WHERE slot_name = %(slot)s AND wal_status = 'lost');
+               WHERE slot_name = %(slot)s AND wal_status = 'lost'),
+       coalesce(has_function_privilege(to_regprocedure('pg_log_standby_snapshot()'),
+                                       'execute'), false);
 
 -- name: create_publication
 -- pgoutput needs a publication name; an empty one publishes no table change, so the slot yields
@@ -50,6 +52,15 @@ FROM pg_logical_slot_peek_binary_changes(%(slot)s, NULL, %(limit)s,
 -- Confirm up to the end of the last transaction whose messages all went to the broker (or into
 -- the outbox table): decoding starts after it from now on.
 SELECT pg_replication_slot_advance(%(slot)s, %(lsn)s::pg_lsn)::text;
+
+-- name: log_snapshot
+-- A peek decodes again from the slot's restart position, which moves only past a
+-- running-transactions record (PostgreSQL writes one every 15 s or so): after a large
+-- transaction every peek decodes it again. When the slot lags that far behind its confirmed
+-- position, write such a record now (PostgreSQL 16+); the next advance past it moves the
+-- restart position.
+SELECT pg_log_standby_snapshot() FROM pg_replication_slots
+WHERE slot_name = %(slot)s AND pg_wal_lsn_diff(confirmed_flush_lsn, restart_lsn) > %(gap)s;
 
 -- name: in_table
 -- Rows of the outbox table with these keys or message ids. A key with a row there (refused,

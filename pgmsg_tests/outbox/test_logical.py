@@ -466,3 +466,35 @@ def test_a_logical_copy_of_a_message_id_in_the_outbox_table_is_skipped(logical_o
     assert recorded_numbers() == []
     assert ahead_of_slot(RECORDED) == []  # the copy was read and skipped, the slot moved on
     assert [r.payload["n"] for r in rows(RECORDED)] == [1]
+
+
+def test_after_a_large_transaction_the_slots_restart_position_follows_on_postgresql_16(
+    logical_outboxes_ready,
+):
+    """Each peek decodes again from the slot's restart position, which moves only past a
+    running-transactions record: the relay writes one (pg_log_standby_snapshot, PostgreSQL
+    16+) when the slot lags more than RESTART_GAP behind, so the next advance moves it."""
+
+    def restart_gap() -> int:
+        with connections[DB].cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_wal_lsn_diff(confirmed_flush_lsn, restart_lsn)::bigint "
+                "FROM pg_replication_slots WHERE slot_name = %s",
+                [slots.slot_name(RECORDED, using=DB)],
+            )
+            return cursor.fetchone()[0]
+
+    with transaction.atomic(using=DB):
+        for n in range(4000):
+            pgmsg.publish(RECORDED, {"n": n, "pad": "x" * 300}, type="t", key=f"k{n % 10}")
+    relay(RECORDED, batch_size=10_000)
+    assert restart_gap() > logical.RESTART_GAP  # the large transaction is behind the restart
+    pgmsg.publish(RECORDED, {"n": 4000}, type="t")
+    relay(RECORDED)
+
+    assert len(outbox_declarations.RECORDED) == 4001
+    with connections[DB].cursor() as cursor:
+        cursor.execute("SHOW server_version_num")
+        version = int(cursor.fetchone()[0])
+    if version >= 160000:
+        assert restart_gap() < logical.RESTART_GAP
