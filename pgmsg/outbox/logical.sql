@@ -53,14 +53,19 @@ FROM pg_logical_slot_peek_binary_changes(%(slot)s, NULL, %(limit)s,
 -- the outbox table): decoding starts after it from now on.
 SELECT pg_replication_slot_advance(%(slot)s, %(lsn)s::pg_lsn)::text;
 
--- name: log_snapshot
--- A peek decodes again from the slot's restart position, which moves only past a
--- running-transactions record (PostgreSQL writes one every 15 s or so): after a large
--- transaction every peek decodes it again. When the slot lags that far behind its confirmed
--- position, write such a record now (PostgreSQL 16+); the next advance past it moves the
--- restart position.
-SELECT pg_log_standby_snapshot() FROM pg_replication_slots
-WHERE slot_name = %(slot)s AND pg_wal_lsn_diff(confirmed_flush_lsn, restart_lsn) > %(gap)s;
+-- name: advance_and_log_snapshot
+-- advance, and in the same round trip (PostgreSQL 16+): a peek decodes again from the slot's
+-- restart position, which moves only past a running-transactions record (PostgreSQL writes one
+-- every 15 s or so), so after a large transaction every peek decodes it again. When the slot's
+-- restart position lags more than RESTART_GAP bytes behind, write such a record now; the next
+-- advance past it moves the restart position. (The LATERAL reference makes the slot be read
+-- after the advance.)
+SELECT a.end_lsn::text,
+       CASE WHEN pg_wal_lsn_diff(a.end_lsn, s.restart_lsn) > %(gap)s
+            THEN pg_log_standby_snapshot()::text END
+FROM pg_replication_slot_advance(%(slot)s, %(lsn)s::pg_lsn) AS a,
+     LATERAL (SELECT restart_lsn FROM pg_replication_slots
+              WHERE slot_name = %(slot)s AND a.end_lsn IS NOT NULL) AS s;
 
 -- name: in_table
 -- Rows of the outbox table with these keys or message ids. A key with a row there (refused,
