@@ -1,13 +1,11 @@
 -- name: create_partitions
--- One row per partition, created once. A subscription that starts "now" begins at the
--- horizon: events of transactions that have ended are passed over.
+-- One row per partition, created once, at the checkpoint (%(xid)s, 0): 0 for a subscription
+-- that starts at the beginning, the readers' horizon for one that starts "now" (events of
+-- transactions that have ended are passed over).
 INSERT INTO pgmsg_subscription_partition
     (subscription, partition, checkpoint_transaction, checkpoint_position, status, attempts,
      last_error, handled)
-SELECT %(subscription)s, p,
-       CASE WHEN %(from_now)s THEN pg_snapshot_xmin(pg_current_snapshot())::text::bigint
-            ELSE 0 END,
-       0, 'active', 0, '', 0
+SELECT %(subscription)s, p, %(xid)s, 0, 'active', 0, '', 0
 FROM generate_series(0, %(count)s - 1) AS p
 ON CONFLICT (subscription, partition) DO NOTHING;
 
@@ -101,12 +99,10 @@ WHERE subscription = %(subscription)s AND partition = ANY(%(partitions)s::int[])
   AND status = 'active' AND attempts > 0 AND next_attempt_at > now();
 
 -- name: reset
--- Move partitions to a checkpoint (or to the horizon) and make them active. The UPDATE waits
--- for a worker that holds a partition to commit its batch.
+-- Move partitions to a checkpoint and make them active. The UPDATE waits for a worker that
+-- holds a partition to commit its batch.
 UPDATE pgmsg_subscription_partition
-SET checkpoint_transaction = CASE WHEN %(to_end)s
-        THEN pg_snapshot_xmin(pg_current_snapshot())::text::bigint ELSE %(xid)s END,
-    checkpoint_position = CASE WHEN %(to_end)s THEN 0 ELSE %(position)s END,
+SET checkpoint_transaction = %(xid)s, checkpoint_position = %(position)s,
     status = 'active', attempts = 0, last_error = '', failed_position = NULL,
     next_attempt_at = now(), updated_at = now()
 WHERE subscription = %(subscription)s AND partition = ANY(%(partitions)s::int[]);
