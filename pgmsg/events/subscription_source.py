@@ -127,9 +127,15 @@ class SubscriptionSource:
         connection = connections[db]
         # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
         own_transaction = not connection.in_atomic_block
-        # Entered before the checkpoint moves: that statement and the COMMIT then travel in
-        # one round trip (psycopg pipeline mode; commit() syncs it).
-        ending = contextlib.ExitStack()
+        # Entered once the handlers are done: the batch's throughput row, the checkpoint's
+        # move and the COMMIT then travel in one round trip (psycopg pipeline mode; commit()
+        # syncs it).
+        ending, entered = contextlib.ExitStack(), []
+
+        def pipelined() -> None:
+            if not entered:
+                entered.append(ending.enter_context(connection.connection.pipeline()))
+
         with ending, transaction.atomic(using=db), connection.cursor() as cursor:
             rows = self._lock_and_read(connection, cursor, partition, xmin, worker.batch_size)
             if not rows:
@@ -160,7 +166,12 @@ class SubscriptionSource:
                     claims.narrow(worker, CLAIM_KIND, [], xid)
                     run = []
             result = batch.run_batch(
-                worker, run, delivery=delivery, handle=self._handle, group=lambda _: partition
+                worker,
+                run,
+                delivery=delivery,
+                handle=self._handle,
+                group=lambda _: partition,
+                after_handlers=pipelined,
             )
             handled = len(result.done)
             reached = result.done[-1].checkpoint if result.done else start
@@ -168,7 +179,7 @@ class SubscriptionSource:
                 # Every matching event of ended transactions was read: the next read may
                 # start at the horizon instead of re-scanning other partitions' events.
                 reached = max(reached, Checkpoint(xmin, 0))
-            ending.enter_context(connection.connection.pipeline())
+            pipelined()
             failed = None
             if verdict is not None:
                 failed = (suspect[0], verdict)
