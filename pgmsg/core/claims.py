@@ -18,8 +18,10 @@ becomes a dead letter without running again ("worker process died while handling
 Rows are named in ``pgmsg_claim.ids`` by a bigint: their own id where it is one and unique to
 the ``kind`` (notifications, plain inbox messages), or ``key(scope, value)``, a 64-bit hash of
 a scope and a value, where it is not (a model inbox's primary keys, which may be text or UUIDs
-and repeat across models; an event, which each subscription handles apart). A collision
-(about 1 in 10^19 per pair) would only lend one row the other's crashes.
+and repeat across models), or ``number_keys(scope, values)``, the scope's hash plus an integer
+value (an event's position, which each subscription handles apart). A collision (about 1 in
+10^19 per pair; for number keys, two scopes whose hashes lie closer than the positions'
+span) would only lend one row the other's crashes.
 
 Any batch transaction that aborts counts: a killed process, a backend terminated by
 ``idle_in_transaction_session_timeout`` (a frozen worker), a lost connection or a server

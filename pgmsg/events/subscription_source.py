@@ -128,8 +128,8 @@ class SubscriptionSource:
         # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
         own_transaction = not connection.in_atomic_block
         # Entered once the handlers are done: the batch's throughput row, the checkpoint's
-        # move and the COMMIT then travel in one round trip (psycopg pipeline mode; commit()
-        # syncs it).
+        # move and the COMMIT then go in one round trip (psycopg pipeline mode; commit() syncs
+        # it), plus the pipeline's closing sync: two round trips where they took three.
         ending, entered = contextlib.ExitStack(), []
 
         def pipelined() -> None:
@@ -137,7 +137,7 @@ class SubscriptionSource:
                 entered.append(ending.enter_context(connection.connection.pipeline()))
 
         with ending, transaction.atomic(using=db), connection.cursor() as cursor:
-            rows = self._lock_and_read(connection, cursor, partition, xmin, worker.batch_size)
+            rows = self._lock_and_read(cursor, partition, xmin, worker.batch_size)
             if not rows:
                 return 0  # another worker holds it, or it is stopped or backing off
             id_, checkpoint_xid, checkpoint_position, attempts, xid = rows[0][:5]
@@ -227,26 +227,25 @@ class SubscriptionSource:
         # A batch cut short at a suspect: come back at once for what follows it.
         return worker.batch_size if run is not read else len(read)
 
-    def _lock_and_read(self, connection, cursor, partition: int, xmin: int, limit: int):
-        """Hold the partition and read its next events (lock_and_read): one round trip with
-        the BEGIN before it (pipeline mode). No row: the partition is not ours to serve now."""
+    def _lock_and_read(self, cursor, partition: int, xmin: int, limit: int) -> list[tuple]:
+        """Hold the partition and read its next events, in one statement (lock_and_read). No
+        row: the partition is not ours to serve now."""
         sub = self.sub
-        with connection.connection.pipeline():
-            cursor.execute(
-                QUERIES["lock_and_read"],
-                {
-                    "subscription": sub.name,
-                    "partition": partition,
-                    "xmin": str(xmin),
-                    "category": sub.category,
-                    "types": sub.types,
-                    "partitions": sub.partitions,
-                    "key_source": sub.key_source,
-                    "key": sub.key,
-                    "limit": limit,
-                },
-            )
-            return cursor.fetchall()
+        cursor.execute(
+            QUERIES["lock_and_read"],
+            {
+                "subscription": sub.name,
+                "partition": partition,
+                "xmin": str(xmin),
+                "category": sub.category,
+                "types": sub.types,
+                "partitions": sub.partitions,
+                "key_source": sub.key_source,
+                "key": sub.key,
+                "limit": limit,
+            },
+        )
+        return cursor.fetchall()
 
     def _claim_key(self, recorded: RecordedEvent) -> int:
         return claims.number_keys(self.sub.name, [recorded.position])[0]

@@ -39,19 +39,11 @@ WHERE subscription = %(subscription)s AND partition = ANY(%(partitions)s::int[])
   AND status = 'active' AND next_attempt_at <= now()
 ORDER BY partition;
 
--- name: lock_partition
--- Hold one partition for this transaction; a partition another worker holds is skipped.
--- FOR UPDATE returns the row's latest committed checkpoint; locking gives this transaction
--- its id, returned for the batch's claim record (pgmsg/core/claims.py).
-SELECT id, checkpoint_transaction, checkpoint_position, attempts, pg_current_xact_id()::text::bigint
-FROM pgmsg_subscription_partition
-WHERE subscription = %(subscription)s AND partition = %(partition)s
-  AND status = 'active' AND next_attempt_at <= now()
-FOR UPDATE SKIP LOCKED;
-
 -- name: lock_and_read
--- lock_partition and read_ordered (events.sql) in one statement: hold the partition (SKIP
--- LOCKED: no row when another worker holds it, or it is stopped or backing off) and read up to
+-- Hold one partition for this transaction and read its next events, in one statement (one
+-- round trip). SKIP LOCKED: no row when another worker holds it, or it is stopped or backing
+-- off. FOR UPDATE returns the row's latest committed checkpoint; locking gives this transaction
+-- its id, returned for the batch's claim record (pgmsg/core/claims.py). Then up to
 -- %(limit)s of its events after the checkpoint the lock returns (the latest committed one),
 -- below the horizon %(xmin)s read by an earlier statement. The event columns are those of
 -- read_ordered, NULL when nothing is to be read; the filters are read_ordered's, written the
