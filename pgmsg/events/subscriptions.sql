@@ -37,15 +37,45 @@ WHERE subscription = %(subscription)s AND partition = ANY(%(partitions)s::int[])
   AND status = 'active' AND next_attempt_at <= now()
 ORDER BY partition;
 
--- name: lock_partition
--- Hold one partition for this transaction; a partition another worker holds is skipped.
--- FOR UPDATE returns the row's latest committed checkpoint; locking gives this transaction
--- its id, returned for the batch's claim record (pgmsg/core/claims.py).
-SELECT id, checkpoint_transaction, checkpoint_position, attempts, pg_current_xact_id()::text::bigint
-FROM pgmsg_subscription_partition
-WHERE subscription = %(subscription)s AND partition = %(partition)s
-  AND status = 'active' AND next_attempt_at <= now()
-FOR UPDATE SKIP LOCKED;
+-- name: lock_and_read
+-- Hold one partition for this transaction and read its next events, in one statement (one
+-- round trip). SKIP LOCKED: no row when another worker holds it, or it is stopped or backing
+-- off. FOR UPDATE returns the row's latest committed checkpoint; locking gives this transaction
+-- its id, returned for the batch's claim record (pgmsg/core/claims.py). Then up to
+-- %(limit)s of its events after the checkpoint the lock returns (the latest committed one),
+-- below the horizon %(xmin)s read by an earlier statement. The event columns are those of
+-- read_ordered, NULL when nothing is to be read; the filters are read_ordered's, written the
+-- same way so that the partition's index (create_partition_index) serves the read.
+WITH held AS (
+    SELECT id, checkpoint_transaction, checkpoint_position, attempts,
+           pg_current_xact_id()::text::bigint AS xid
+    FROM pgmsg_subscription_partition
+    WHERE subscription = %(subscription)s AND partition = %(partition)s
+      AND status = 'active' AND next_attempt_at <= now()
+    FOR UPDATE SKIP LOCKED
+)
+SELECT held.id, held.checkpoint_transaction, held.checkpoint_position, held.attempts, held.xid,
+       e.*
+FROM held LEFT JOIN LATERAL (
+    SELECT position, transaction_id::text AS xid, stream_name, version, type, data::text,
+           metadata::text, message_id,
+           (extract(epoch FROM recorded_at) * 1000000)::bigint AS recorded_at_us
+    FROM pgmsg_event
+    WHERE (transaction_id, position)
+          > (held.checkpoint_transaction::text::xid8, held.checkpoint_position)
+      AND transaction_id < %(xmin)s::text::xid8
+      AND (%(category)s::text IS NULL OR category = %(category)s::text)
+      AND (%(types)s::text[] IS NULL OR type = ANY(%(types)s::text[]))
+      AND (%(partitions)s::int = 1 OR abs(mod(hashtextextended(
+            CASE %(key_source)s::text
+                WHEN 'stream' THEN stream_name
+                WHEN 'data' THEN coalesce(data ->> %(key)s::text, '')
+                ELSE coalesce(metadata ->> %(key)s::text, '')
+            END, 0), %(partitions)s::int)) = %(partition)s::int)
+    ORDER BY transaction_id, position
+    LIMIT %(limit)s
+) AS e ON true
+ORDER BY e.xid::xid8, e.position;
 
 -- name: advance_idle
 -- Nothing to handle between the lowest checkpoint and the horizon: move the idle partitions
