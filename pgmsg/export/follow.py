@@ -35,6 +35,8 @@ DEFAULT_TRIGGER_SECONDS = 1.0
 #: Most rows per micro-batch by default: catching up a backlog commits files (and prints
 #: progress) every million rows instead of once at the end of one huge batch.
 DEFAULT_MAX_ROWS_PER_BATCH = 1_000_000
+#: Where the warm-up writes its empty dataset, under the checkpoint directory.
+WARM_UP = "_warm_up"
 
 
 @dataclasses.dataclass
@@ -167,7 +169,7 @@ def follow(
             session.prepare(spark)
         try:
             try:
-                _warm_up(spark, streams[0])
+                _warm_up(spark, streams[0], checkpoint)
             except Exception as exc:
                 raise errors.ExportError(
                     f"export: reading {streams[0].spec.name} before following it failed: "
@@ -219,13 +221,15 @@ def _check_dataset(stream: Stream) -> None:
         )
 
 
-def _warm_up(spark: Any, stream: Stream) -> None:
-    """Read an empty key range through the source before the queries start: the first read
-    starts the executors' Python workers (pyarrow, psycopg) and Spark's Arrow path, seconds that
-    would otherwise delay the first micro-batch's rows."""
+def _warm_up(spark: Any, stream: Stream, checkpoint: str) -> None:
+    """Export an empty key range through the source before the queries start: the first read
+    starts the executors' Python workers (pyarrow, psycopg), Spark's Arrow path and its Parquet
+    writer, seconds that would otherwise delay the first micro-batch's rows. The empty dataset
+    goes under the checkpoint directory (shared storage on a cluster) and is overwritten on
+    the next start."""
     empty = dataclasses.replace(stream.read, ranges=((0, -1),), transaction_range=None)
     frame = spark.read.format(source.FORMAT).options(**empty.to_options()).load()
-    frame.write.format("noop").mode("overwrite").save()
+    frame.write.mode("overwrite").parquet(output.join(checkpoint, WARM_UP))
 
 
 def _start(spark: Any, stream: Stream, trigger_seconds: float) -> Any:
