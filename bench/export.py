@@ -238,11 +238,9 @@ def streaming(spark, url: str, work: Path, rate: int, seconds: float, trigger: f
 
     def spread(values: list[float]) -> str:
         values = values or [0.0]
-        return (
-            f"median {statistics.median(values):.1f}s, "
-            f"p90 {statistics.quantiles(values, n=10)[-1] if len(values) > 1 else values[0]:.1f}s, "
-            f"max {max(values):.1f}s"
-        )
+        many = len(values) > 1
+        p90 = statistics.quantiles(values, n=10, method="inclusive")[-1] if many else values[0]
+        return f"median {statistics.median(values):.1f}s, p90 {p90:.1f}s, max {max(values):.1f}s"
 
     return (
         f"\nstreaming export (local[*], trigger {trigger:g}s): producer {produced:,} events in "
