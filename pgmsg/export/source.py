@@ -236,8 +236,8 @@ def copy_rows(plan: ReadPlan, query: sql.Composed, params: dict) -> Iterator[pa.
     COPY sends one row per message, so rows are gathered into blocks of about
     ``plan.block_size`` bytes that end on a row boundary (a row larger than that is a block of
     its own), and each block is parsed while PostgreSQL keeps sending. The rows are taken from
-    libpq one C call each: psycopg's ``Copy.read()`` spends about 6 microseconds of Python per
-    row (its wait loop and generators), which was most of a read partition's time.
+    libpq one C call each: psycopg's ``Copy.read()`` spent microseconds of Python per row (its
+    wait loop and generators), the largest part of a read partition's own CPU time.
     """
     with connect(plan.conninfo) as conn:
         statement = psycopg.ClientCursor(conn).mogrify(query, params)
