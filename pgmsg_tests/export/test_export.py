@@ -682,8 +682,17 @@ def test_a_transaction_open_in_another_database_does_not_hold_the_export_back(tm
         assert plan.rows == 4 and summary.blockers == []
         assert not any("held back" in line for line in lines)
         stream = source.PgmsgStreamReader(plan.read)
-        head = stream.latestOffset(source.offset(0, 0))
-        assert head["position"] == InboxMessage.objects.order_by("id").last().id
+        replayed = source.PgmsgStreamReader(plan.read)  # as after a restart: nothing planned
+        try:
+            start = source.offset(0, 0)
+            head = stream.latestOffset(start)
+            assert head["position"] == InboxMessage.objects.order_by("id").last().id
+            # The partitions of the batch just planned (its span kept) and of a replay agree.
+            spans = [[(p.lo, p.hi) for p in r.partitions(start, head)] for r in (stream, replayed)]
+            assert spans[0] == spans[1] != []
+        finally:
+            stream.stop()  # Spark calls it when the query ends: it closes the kept connection
+            replayed.stop()
     finally:
         other.close()
 
