@@ -170,19 +170,42 @@ def streaming(spark, url: str, work: Path, rate: int, seconds: float, trigger: f
     from pgmsg.export import follow
 
     progress: list = []
+    #: Per micro-batch with rows: the age of its oldest row when the batch was reported
+    #: (committed to the lake), i.e. the longest any of its rows waited for the lake.
+    latencies: list[float] = []
     stop = threading.Event()
+    with psycopg.connect(url, autocommit=True) as conn:
+        # The batch part's million events would first be caught up with: start from nothing.
+        conn.execute("TRUNCATE pgmsg_event, pgmsg_stream")
+    watcher = psycopg.connect(url, autocommit=True)
+
+    def on_progress(batch) -> None:
+        start = (
+            progress[-1].end
+            if progress and progress[-1].end
+            else {"transaction_id": 0, "position": 0}
+        )
+        progress.append(batch)
+        if not batch.rows or not batch.end:
+            return
+        [(age,)] = watcher.execute(
+            "SELECT extract(epoch FROM now() - min(recorded_at))::float8 FROM pgmsg_event"
+            " WHERE (transaction_id, position) > (%s::text::xid8, %s)"
+            " AND (transaction_id, position) <= (%s::text::xid8, %s)",
+            [str(start["transaction_id"]), start["position"],
+             str(batch.end["transaction_id"]), batch.end["position"]],
+        ).fetchall()  # fmt: skip
+        latencies.append(age)
+
     follower = threading.Thread(
         target=follow.follow,
         args=(str(work / "stream"),),
         kwargs=dict(
             checkpoint=str(work / "stream-checkpoint"), tables=["events"], spark=spark,
             trigger_seconds=trigger, stop=stop, echo=lambda line: None,
-            on_progress=progress.append,
+            on_progress=on_progress,
         ),
     )  # fmt: skip
-    with psycopg.connect(url, autocommit=True) as conn:
-        # The batch part's million events would first be caught up with: start from nothing.
-        conn.execute("TRUNCATE pgmsg_event, pgmsg_stream")
     follower.start()
     while not progress:  # the first (empty) micro-batch: the query runs
         time.sleep(0.5)
@@ -207,16 +230,27 @@ def streaming(spark, url: str, work: Path, rate: int, seconds: float, trigger: f
     drained = time.perf_counter() - began
     stop.set()
     follower.join()
+    watcher.close()
     live = progress[caught_up:]
     lags = [p.behind_seconds for p in live if p.rows]
+    durations = [p.seconds for p in live if p.rows]
     exported = sum(p.rows for p in live)
+
+    def spread(values: list[float]) -> str:
+        values = values or [0.0]
+        many = len(values) > 1
+        p90 = statistics.quantiles(values, n=10, method="inclusive")[-1] if many else values[0]
+        return f"median {statistics.median(values):.1f}s, p90 {p90:.1f}s, max {max(values):.1f}s"
+
     return (
         f"\nstreaming export (local[*], trigger {trigger:g}s): producer {produced:,} events in "
         f"{produced_seconds:.1f}s ({produced / produced_seconds:,.0f}/s); exported {exported:,} in "
         f"{len(lags)} micro-batch(es), all in the lake {drained:.1f}s after the producer started "
-        f"({exported / drained:,.0f}/s sustained); lag after each batch (age of the oldest event "
-        f"not yet exported): median {statistics.median(lags or [0]):.1f}s, max "
-        f"{max(lags or [0]):.1f}s"
+        f"({exported / drained:,.0f}/s sustained)\n"
+        f"  micro-batch duration: {spread(durations)}\n"
+        f"  lag after each batch (age of the oldest event not yet exported): {spread(lags)}\n"
+        f"  latency of each batch (age of its oldest event when committed): "
+        f"{spread(latencies[-len(lags) :] if lags else [])}"
     )
 
 
@@ -241,6 +275,7 @@ def main() -> None:
         f"pgmsg export benchmark: {args.n:,} events; {os.cpu_count()} CPUs, "
         f"{platform.system()} {platform.machine()}, Python {platform.python_version()}"
     )
+    print(f"load average at the start: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print(f"generate (COPY into pgmsg_event): {generate_events(url, args.n):.1f}s")
     waited = wait_for_horizon(url)
     if waited > 0.5:
@@ -307,13 +342,20 @@ def main() -> None:
         spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    print(f"load average at the end: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 def print_table(results: list[tuple]) -> None:
-
-    print(f"\n{'what':<58} {'rows':>10} {'seconds':>8} {'rows/s':>10} {'MB':>7}")
+    """The figures, each export's rate also as a ratio to the baseline of the same run."""
+    _, base_rows, base_seconds, _ = results[0]
+    base_rate = base_rows / base_seconds
+    print(f"\n{'what':<58} {'rows':>10} {'seconds':>8} {'rows/s':>10} {'x base':>7} {'MB':>7}")
     for name, rows, seconds, size in results:
-        print(f"{name:<58} {rows:>10,} {seconds:>8.1f} {rows / seconds:>10,.0f} {size / 1e6:>7.1f}")
+        rate = rows / seconds
+        print(
+            f"{name:<58} {rows:>10,} {seconds:>8.1f} {rate:>10,.0f} {rate / base_rate:>6.2f}x "
+            f"{size / 1e6:>7.1f}"
+        )
 
 
 if __name__ == "__main__":

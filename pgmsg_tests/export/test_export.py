@@ -512,6 +512,41 @@ def test_every_column_kind_reads_back_as_its_value_and_type(tmp_path):
             cursor.execute("DROP TABLE export_kinds")
 
 
+def test_a_row_that_fails_mid_copy_fails_the_read_naming_the_table_and_the_reason(tmp_path):
+    """The rows come straight from libpq: an error PostgreSQL raises after sending some rows
+    must still fail the read (not end it early, silently short of rows)."""
+    from pgmsg.export.source import SourceError, read_range
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TABLE export_bad_rows (id bigint PRIMARY KEY, ts timestamptz, x xid8,"
+            " made timestamptz NOT NULL DEFAULT now())"
+        )
+        cursor.execute(
+            "INSERT INTO export_bad_rows (id, ts, x) SELECT i, CASE WHEN i = 3000 THEN"
+            " 'infinity' ELSE now() END, '5' FROM generate_series(1, 6000) AS i"
+        )
+    spec = export.register(
+        export.TableSpec(
+            name="bad_rows", table="export_bad_rows", key="id", timestamp="made",
+            transaction_column="x",
+        )
+    )  # fmt: skip
+    try:
+        [table_plan] = export.plan(str(tmp_path), tables=["bad_rows"])
+        small = dataclasses.replace(table_plan.read, block_size=1000)  # batches before the error
+        lo, hi = table_plan.key_range
+        with pytest.raises(SourceError) as failed:
+            list(read_range(small, lo, hi))
+        message = str(failed.value)
+        assert "reading export_bad_rows from PostgreSQL at 'postgresql://" in message
+        assert "infinity" in message and "password" not in message
+    finally:
+        tables.unregister(spec.name)
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE export_bad_rows")
+
+
 # -- what a broken set-up does ----------------------------------------------------------------
 
 
@@ -647,8 +682,17 @@ def test_a_transaction_open_in_another_database_does_not_hold_the_export_back(tm
         assert plan.rows == 4 and summary.blockers == []
         assert not any("held back" in line for line in lines)
         stream = source.PgmsgStreamReader(plan.read)
-        head = stream.latestOffset(source.offset(0, 0))
-        assert head["position"] == InboxMessage.objects.order_by("id").last().id
+        replayed = source.PgmsgStreamReader(plan.read)  # as after a restart: nothing planned
+        try:
+            start = source.offset(0, 0)
+            head = stream.latestOffset(start)
+            assert head["position"] == InboxMessage.objects.order_by("id").last().id
+            # The partitions of the batch just planned (its span kept) and of a replay agree.
+            spans = [[(p.lo, p.hi) for p in r.partitions(start, head)] for r in (stream, replayed)]
+            assert spans[0] == spans[1] != []
+        finally:
+            stream.stop()  # Spark calls it when the query ends: it closes the kept connection
+            replayed.stop()
     finally:
         other.close()
 

@@ -159,3 +159,20 @@ def test_follow_refuses_a_dataset_written_by_batch_runs(tmp_path):
     batch_file.write_bytes(b"PAR1")
     with pytest.raises(errors.ExportError, match="give --follow an output of its own"):
         follow.follow(str(tmp_path / "lake"), checkpoint=str(tmp_path / "c"), tables=["events"])
+
+
+@pytest.mark.spark
+def test_an_unreachable_database_fails_the_follow_export_at_once_naming_the_url(spark, tmp_path):
+    """The warm-up read before the queries start reaches PostgreSQL from the executors."""
+    with pytest.raises(errors.ExportError) as failed:
+        follow.follow(
+            str(tmp_path / "lake"),
+            checkpoint=str(tmp_path / "c"),
+            tables=["events"],
+            spark=spark,
+            database_url="postgresql://postgres:s3cret@127.0.0.1:1/nowhere",
+        )
+    message = str(failed.value)
+    assert "cannot connect to PostgreSQL at 'postgresql://postgres@127.0.0.1:1/nowhere'" in message
+    assert "s3cret" not in message
+    assert not (tmp_path / "c" / "events").exists()  # no query was started

@@ -79,14 +79,15 @@ class Command(BaseCommand):
         parser.add_argument(
             "--trigger-interval",
             type=float,
-            default=5.0,
+            default=follow.DEFAULT_TRIGGER_SECONDS,
             metavar="SECONDS",
-            help="--follow: seconds between micro-batches (default 5)",
+            help="--follow: seconds between micro-batches (default %(default)g)",
         )
         parser.add_argument(
             "--max-rows-per-batch",
             type=int,
-            help="--follow: most rows one micro-batch reads per table (default: all available)",
+            default=follow.DEFAULT_MAX_ROWS_PER_BATCH,
+            help="--follow: most rows one micro-batch reads per table (default %(default)s)",
         )
         parser.add_argument(
             "--dry-run",
