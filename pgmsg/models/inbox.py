@@ -89,6 +89,13 @@ class InboxMessage(models.Model):
                 condition=models.Q(status="processed"),
                 name="pgmsg_inbox_processed",
             ),
+            # Retention: the few dead and discarded rows, checked one by one for whether they
+            # must stay, without a scan of the processed ones (pgmsg/inbox/retention.sql).
+            models.Index(
+                fields=["inbox", "id"],
+                condition=models.Q(status__in=["dead", "discarded"]),
+                name="pgmsg_inbox_failed",
+            ),
         ]
         permissions = [
             ("replay_inboxmessage", "Can replay dead or retrying inbox messages"),

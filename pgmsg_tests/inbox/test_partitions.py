@@ -220,3 +220,43 @@ def test_a_running_worker_keeps_serving_while_partitions_are_made_and_dropped(wo
     )
     with connection.cursor() as cursor:
         assert old_name not in {p.name for p in partitions.partitions(cursor, TABLE)}
+
+
+def test_a_row_whose_status_changes_while_retention_waits_for_the_partition_stays(monkeypatch):
+    """A dead row is replayed (back to pending) in a transaction that retention must wait for:
+    retention decides what to keep only once it holds the partition, so the row stays."""
+    name, start, _ = _week(-2)
+    _settled_rows(30, start + dt.timedelta(days=1), "gone-")
+    _settled_rows(1, start + dt.timedelta(days=1), "replayed-")
+    InboxMessage.objects.filter(message_id="replayed-1").update(
+        status="dead", processed_at=None, last_failed_at=start + dt.timedelta(days=1)
+    )
+    # Give the waiting retention all the time the test needs (the default gives up after 2 s).
+    monkeypatch.setitem(partitions.QUERIES, "lock_timeout", "SET LOCAL lock_timeout = '120s'")
+    result = {}
+
+    def retain():
+        try:
+            result["removed"] = inbox_ops.purge()
+        finally:
+            connection.close()
+
+    with psycopg.connect(database_url(connection.settings_dict)) as replay:
+        replay.execute(f"UPDATE {TABLE} SET status = 'pending' WHERE message_id = 'replayed-1'")
+        worker = threading.Thread(target=retain)
+        worker.start()
+        wait_for(
+            lambda: (
+                replay.execute(
+                    "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = %s::regclass",
+                    [name],
+                ).fetchone()[0]
+                == 1
+            ),
+            message="retention waits for the partition",
+        )
+        replay.commit()
+        worker.join(timeout=120)
+    assert result["removed"] == {"processed": 30, "dead": 0}
+    assert InboxMessage.objects.get(message_id="replayed-1").status == "pending"
+    assert _partition_of("replayed-1") == [name]
