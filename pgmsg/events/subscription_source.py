@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.db import connections, transaction
 
 from pgmsg.core import batch, claims, errors, sources
@@ -17,6 +19,8 @@ from pgmsg.events.subscriptions import (
     ensure_partitions,
     registry,
 )
+
+logger = logging.getLogger(__name__)
 
 #: pgmsg_claim.kind of events, named there by claims.key(subscription name, event position).
 CLAIM_KIND = "event"
@@ -99,7 +103,8 @@ class SubscriptionSource:
         # One cheap look for the whole subscription before a transaction per partition:
         # when nothing it handles lies between its lowest checkpoint and the horizon,
         # every partition may move to the horizon at once.
-        if reads.read_ordered(
+        # Archived events after a checkpoint: process it, to stop there (_stop_at_archive).
+        if any(row[3] for row in rows) or reads.read_ordered(
             cursor,
             after=lowest,
             xmin=xmin,
@@ -131,8 +136,11 @@ class SubscriptionSource:
             row = cursor.fetchone()
             if row is None:
                 return 0  # another worker holds it, or it is stopped or backing off
-            id_, checkpoint_xid, checkpoint_position, attempts, xid = row
+            id_, checkpoint_xid, checkpoint_position, attempts, xid, archived = row
             start = Checkpoint(checkpoint_xid, checkpoint_position)
+            if archived is not None:
+                self._stop_at_archive(cursor, id_, partition, start, archived)
+                return 0
             read = reads.read_ordered(
                 cursor,
                 after=start,
@@ -219,6 +227,34 @@ class SubscriptionSource:
         worker.handled += handled
         # A batch cut short at a suspect: come back at once for what follows it.
         return worker.batch_size if run is not read else len(read)
+
+    def _stop_at_archive(
+        self, cursor, id_: int, partition: int, start: Checkpoint, archived: str
+    ) -> None:
+        """Events after the checkpoint were archived and dropped (pgmsg_archive --force):
+        stop the partition with an error that says where they are, instead of passing over
+        them unseen."""
+        error = (
+            f"events after this partition's checkpoint were archived: {archived}. Replay them "
+            f"from there if the subscription needs them, then move past the archive with "
+            f"`manage.py pgmsg_subscriptions reset {self.sub.name} --to archive`"
+        )
+        logger.error(
+            "pgmsg: subscription %s partition %s stopped: %s", self.sub.name, partition, error
+        )
+        cursor.execute(
+            QUERIES["fail"],
+            {
+                "id": id_,
+                "xid": start.transaction_id,
+                "position": start.position,
+                "handled": 0,
+                "error": error,
+                "failed_position": None,
+                "stop": True,
+                "delay": 0,
+            },
+        )
 
     def _claim_key(self, recorded: RecordedEvent) -> int:
         return claims.key(self.sub.name, recorded.position)

@@ -14,12 +14,15 @@ from django.db import connection, transaction
 
 import pgmsg
 from pgmsg.core import errors, partitions
-from pgmsg.events import store
+from pgmsg.core.worker import Worker
+from pgmsg.events import store, subscription_operations, subscriptions
 from pgmsg.export import archive
-from pgmsg.models import Archive, EventKey, StoredEvent
+from pgmsg.models import Archive, EventKey, StoredEvent, SubscriptionPartition
 from pgmsg_dev.devdb import database_url
 from pgmsg_tests.conftest import ROOT, wait_for
 from pgmsg_tests.export.helpers import read_dataset, settle
+from pgmsg_tests.testapp.events_handlers import audit
+from pgmsg_tests.testapp.models import Effect
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.spark]
 
@@ -210,3 +213,57 @@ def test_the_incremental_export_reads_events_from_every_partition(spark, tmp_pat
     export.export_tables(str(tmp_path), spark=spark, tables=["events"])
     assert len({n for n in _partition_names()} & {spread["oldest"][0], spread["older"][0]}) == 2
     assert _parquet_rows(tmp_path / "events") == _all_rows()
+
+
+def _drain_audit() -> None:
+    Worker(subscriptions=[audit.name], until_idle=True, install_signal_handlers=False).run()
+
+
+def test_a_subscription_that_has_not_passed_a_partition_stops_the_archive(spark, tmp_path):
+    spread = _events_spread_over_months()
+    with transaction.atomic(), connection.cursor() as cursor:
+        subscriptions.ensure_partitions(audit, cursor)  # at the beginning: behind every event
+    rows = _all_rows()
+    with pytest.raises(errors.ArchiveError, match=r"subscription\(s\) 'test-audit' \(1 partition"):
+        archive.archive(spread["before"], str(tmp_path), spark=spark)
+    assert _all_rows() == rows
+    assert {spread["oldest"][0], spread["older"][0]} <= _partition_names()
+    assert not Archive.objects.exists()
+
+
+def test_a_subscription_behind_a_forced_archive_stops_there_instead_of_skipping(spark, tmp_path):
+    # As a store that ran for months: old events in earlier transactions than newer ones.
+    oldest, older = _month(-3), _month(-2)
+    store.append("old-1", [Noted(n=i) for i in range(3)])
+    _stores("old-1", range(1, 4), oldest[1])
+    store.append("old-2", [Noted(n=i) for i in range(2)])
+    _stores("old-2", range(1, 3), older[1])
+    store.append("new-1", [Noted(n=i) for i in range(4)])
+    spread = {"oldest": oldest, "older": older, "before": older[2]}
+    with transaction.atomic(), connection.cursor() as cursor:
+        subscriptions.ensure_partitions(audit, cursor)
+    kept = sorted(
+        StoredEvent.objects.filter(stream_name="new-1").values_list("position", flat=True)
+    )
+    done = archive.archive(spread["before"], str(tmp_path), spark=spark, force=True)
+    assert [d.partition for d in done] == [oldest[0], older[0]]
+
+    _drain_audit()
+    row = SubscriptionPartition.objects.get(subscription=audit.name)
+    assert row.status == "stopped"
+    assert spread["oldest"][0] in row.last_error and str(tmp_path) in row.last_error
+    assert "reset test-audit --to archive" in row.last_error
+    assert not Effect.objects.filter(channel="sub.audit").exists()  # nothing passed over
+
+    # The operator moves it past the archive: it handles the events still in PostgreSQL.
+    assert subscription_operations.reset(audit.name, to="archive") == 1
+    wait_for(
+        lambda: (
+            _drain_audit(),
+            Effect.objects.filter(channel="sub.audit").count() >= len(kept),
+        )[1],
+        message="the subscription handles the events after the archive",
+        timeout=180,
+    )
+    handled = sorted(e.data["position"] for e in Effect.objects.filter(channel="sub.audit"))
+    assert handled == kept
