@@ -19,6 +19,7 @@ from pgmsg.events.subscriptions import (
     ensure_partitions,
     registry,
 )
+from pgmsg.export import periodic
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ class SubscriptionSource:
         # the look for idle partitions (two round trips) and goes to the partitions at once.
         self._busy = False
         self._maintenance = store_partitions.Maintenance()
+        #: Periodic archive runs (PGMSG ARCHIVE_INTERVAL), started by the worker's first source.
+        self.archive = periodic.PeriodicArchive()
         # The event trigger wakes "events:<category>" with "events" as its scope, so a
         # subscription to every category declares itself idle for "events".
         category = sub.category
@@ -70,6 +73,7 @@ class SubscriptionSource:
         # subscription source (docs/storage.md).
         if self is next(s for s in worker.sources if isinstance(s, SubscriptionSource)):
             self._maintenance.maybe_run()
+            self.archive.maybe_start()
         with connections[db].cursor() as cursor:
             if not self._ready:
                 with transaction.atomic(using=db):

@@ -9,10 +9,11 @@ count taken under the partition's lock.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.db import connections, transaction
@@ -75,11 +76,36 @@ def archive(
     if not todo:
         echo(f"nothing to archive: no event partition ends at or before {before.isoformat()}")
         return []
-    master = master or conf.get().EXPORT_SPARK_MASTER
-    if spark is None:
-        session.check(master)
-        spark = session.start_spark(master, name="pgmsg archive")
-    return [_archive_one(p, output_path, spark=spark, echo=echo, force=force) for p in todo]
+    with _exclusive():
+        # Every partition's subscriptions are checked before Spark starts (and each again
+        # before its drop): a refused run costs no Spark session.
+        with connections[conf.get().DATABASE].cursor() as cursor:
+            for partition in todo:
+                _check_subscriptions(cursor, partition.name, force=force, echo=lambda _: None)
+        master = master or conf.get().EXPORT_SPARK_MASTER
+        if spark is None:
+            session.check(master)
+            spark = session.start_spark(master, name="pgmsg archive")
+        return [
+            _archive_one(p, output_path, spark=spark, echo=echo, force=force)
+            for p in due(before)  # again: a run that just ended may have taken some
+        ]
+
+
+@contextlib.contextmanager
+def _exclusive() -> Iterator[None]:
+    """Hold the cluster's archive lock, or raise ArchiveRunning."""
+    with connections[conf.get().DATABASE].cursor() as cursor:
+        cursor.execute(QUERIES["try_lock"])
+        if not cursor.fetchone()[0]:
+            raise errors.ArchiveRunning(
+                "archive: another pgmsg_archive run holds the archive lock; nothing was done"
+            )
+    try:
+        yield
+    finally:
+        with connections[conf.get().DATABASE].cursor() as cursor:
+            cursor.execute(QUERIES["unlock"])
 
 
 def _archive_one(

@@ -30,3 +30,11 @@ FROM pgmsg_subscription_partition
 WHERE (checkpoint_transaction, checkpoint_position) < (%(xid)s::bigint, %(position)s::bigint)
 GROUP BY subscription
 ORDER BY subscription;
+
+-- name: try_lock
+-- One archive run at a time in the cluster (cron, an operator, workers' periodic runs): a
+-- session lock, held until unlock or the end of the session (a killed run lets go of it).
+SELECT pg_try_advisory_lock(1885826372, 0);
+
+-- name: unlock
+SELECT pg_advisory_unlock(1885826372, 0);

@@ -8,7 +8,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
+import psycopg
 import pytest
 from django.db import connection, transaction
 
@@ -267,3 +269,55 @@ def test_a_subscription_behind_a_forced_archive_stops_there_instead_of_skipping(
     )
     handled = sorted(e.data["position"] for e in Effect.objects.filter(channel="sub.audit"))
     assert handled == kept
+
+
+def test_an_archive_run_waits_for_no_other_it_refuses_while_one_holds_the_lock():
+    spread = _events_spread_over_months()
+    with psycopg.connect(database_url(connection.settings_dict), autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(1885826372, 0)")  # another run's lock
+        with pytest.raises(errors.ArchiveRunning, match="another pgmsg_archive run"):
+            archive.archive(spread["before"], "/nonexistent")
+    assert {spread["oldest"][0], spread["older"][0]} <= _partition_names()
+
+
+def test_workers_archive_periodically_in_a_child_process(settings, monkeypatch, tmp_path):
+    """PGMSG ARCHIVE_INTERVAL: a worker serving subscriptions starts pgmsg_archive in a child
+    process once its subscriptions have passed the due partitions."""
+    spread = _events_spread_over_months()
+    everything = _all_rows()
+    # The child is started with the worker's environment: point it at the test database.
+    monkeypatch.setenv("DATABASE_URL", database_url(connection.settings_dict))
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "pgmsg_tests.settings")
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    after = (dt.datetime.now(dt.UTC) - spread["before"]).total_seconds()
+    settings.PGMSG = {
+        **settings.PGMSG,
+        "ARCHIVE_INTERVAL": 0.5,
+        "ARCHIVE_PATH": str(tmp_path),
+        "ARCHIVE_AFTER": after,
+        "EXPORT_SPARK_MASTER": "local[1]",
+    }
+    worker = Worker(subscriptions=[audit.name], install_signal_handlers=False)
+    thread = threading.Thread(target=lambda: (worker.run(), connection.close()))
+    thread.start()
+    try:
+        wait_for(
+            lambda: Archive.objects.filter(status="archived").count() == 2,
+            timeout=300,
+            interval=0.5,
+            message="a periodic archive run archives both due partitions",
+        )
+    finally:
+        worker.stop()
+        thread.join(timeout=60)
+        child = worker.sources[0].archive.child
+        if child is not None:
+            child.wait(timeout=120)  # it finishes its run after the worker stopped
+    assert {spread["oldest"][0], spread["older"][0]}.isdisjoint(_partition_names())
+    in_parquet = _parquet_rows(tmp_path / spread["oldest"][0]) | _parquet_rows(
+        tmp_path / spread["older"][0]
+    )
+    assert in_parquet | _all_rows() == everything
+    assert not in_parquet & _all_rows()
+    # The subscription handled every event before its partition went.
+    assert Effect.objects.filter(channel="sub.audit").count() == len(everything)

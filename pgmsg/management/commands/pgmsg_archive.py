@@ -29,6 +29,12 @@ class Command(BaseCommand):
             "--list", action="store_true", help="only list the partitions that would go"
         )
         parser.add_argument(
+            "--periodic",
+            action="store_true",
+            help="as started by workers (PGMSG ARCHIVE_INTERVAL): another run holding the "
+            "archive lock is not an error",
+        )
+        parser.add_argument(
             "--force",
             action="store_true",
             help="archive partitions that a subscription has not passed yet (it then stops "
@@ -57,6 +63,10 @@ class Command(BaseCommand):
                 echo=self.stdout.write,
                 force=options["force"],
             )
+        except errors.ArchiveRunning as exc:
+            if not options["periodic"]:
+                raise CommandError(str(exc)) from exc
+            self.stdout.write(str(exc))
         except errors.ExportError as exc:
             raise CommandError(str(exc)) from exc
 
