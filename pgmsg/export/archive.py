@@ -190,10 +190,7 @@ def _check_subscriptions(
     behind = cursor.fetchall()
     if not behind:
         return end
-    names = ", ".join(
-        f"{sub!r} ({count} partition(s), the lowest at position {low})"
-        for sub, count, low in behind
-    )
+    names = ", ".join(f"{sub!r} ({count} partition(s) behind)" for sub, count in behind)
     if not force:
         raise errors.ArchiveError(
             f"archive: {name} holds events up to position {end[1]} that subscription(s) "

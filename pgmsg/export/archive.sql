@@ -25,7 +25,7 @@ LIMIT 1;
 -- name: subscriptions_behind
 -- Subscriptions with a partition whose checkpoint is before (%(xid)s, %(position)s): they
 -- have not passed every event of the partition about to be archived (stopped ones included).
-SELECT subscription, count(*), min(checkpoint_position)
+SELECT subscription, count(*)
 FROM pgmsg_subscription_partition
 WHERE (checkpoint_transaction, checkpoint_position) < (%(xid)s::bigint, %(position)s::bigint)
 GROUP BY subscription
