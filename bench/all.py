@@ -34,6 +34,7 @@ SCRIPTS = [
     ("events", []),
     ("inbox", []),
     ("memory", ["--small", "100000", "--big", "1000000"]),
+    ("metrics", ["--n", "50000", "--reps", "3"]),
 ]
 BEGIN = "<!-- make bench: begin -->"
 END = "<!-- make bench: end -->"

@@ -139,8 +139,12 @@ def logical_database(data_dir: Path, *, default: dict, external: bool, name: str
     an outside server (``external``: DATABASE_URL was given, e.g. CI's PostgreSQL 15 with
     wal_level = replica), a private embedded server in ``data_dir``. Its URL is exported as
     PGMSG_LOGICAL_DATABASE_URL, so that child processes reuse it instead of starting one.
+    PGMSG_LOGICAL_DATABASE_URL set to DATABASE_URL says that the outside server has
+    wal_level = logical itself (e.g. a PostgreSQL 15 started with it): ``default`` is used.
     """
     url = os.environ.get("PGMSG_LOGICAL_DATABASE_URL")
+    if url and url == os.environ.get("DATABASE_URL"):
+        return {**default, "TEST": {"MIRROR": "default"}}
     if url:
         return parse_database_url(url)
     if not external:

@@ -138,6 +138,33 @@ def test_without_prometheus_client_the_instruments_do_nothing(monkeypatch):
     assert Effect.objects.filter(listener="record_work").count() == 5
 
 
+def test_a_batch_of_durations_lands_in_the_same_buckets_as_one_observe_each():
+    """The worker observes a batch's handler durations together (metrics.handler_durations):
+    the histogram must read exactly as if each had been observed alone, bucket bounds and
+    values past the last bound included."""
+    from prometheus_client import CollectorRegistry, Histogram
+
+    bounds = metrics.DURATION_BUCKETS
+    values = [0.0, 0.0005, 0.001, 0.0010001, 0.0025, 0.7, 1, 29.9, 30, 31, 1e6] + list(bounds)
+    one_by_one, together = CollectorRegistry(), CollectorRegistry()
+    single = Histogram("d", "d", ["source"], buckets=bounds, registry=one_by_one)
+    batched = Histogram("d", "d", ["source"], buckets=bounds, registry=together)
+    for value_ in values:
+        single.labels("a").observe(value_)
+    metrics._observe_many(batched.labels("a"), values)
+
+    def samples(registry):
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in registry.collect()
+            for sample in family.samples
+            if not sample.name.endswith("_created")
+        }
+
+    assert samples(together) == samples(one_by_one)
+    assert samples(together)[("d_count", (("source", "a"),))] == len(values)
+
+
 def test_overview_reports_a_subscriptions_lag_until_it_has_read_its_events():
     from decimal import Decimal
 

@@ -15,7 +15,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 import psycopg
 from django.db import InterfaceError, connections, transaction
@@ -32,9 +32,12 @@ Row = TypeVar("Row")
 T = TypeVar("T")
 
 
-@dataclasses.dataclass(frozen=True)
-class Delivery:
-    """The message being handled, as seen from inside a listener (see current_delivery())."""
+class Delivery(NamedTuple):
+    """The message being handled, as seen from inside a listener (see current_delivery()).
+
+    A named tuple, not a frozen dataclass: one is made per message, and a frozen dataclass
+    costs about 2.5 us to build against 0.3 us (measured on this machine).
+    """
 
     #: What kind of row: "notification", "inbox", "event", ...
     kind: str
@@ -102,6 +105,7 @@ def run_batch(
     delivery: Callable[[Row], Delivery],
     handle: Callable[[Row], None],
     group: Callable[[Row], Hashable] | None = None,
+    after_handlers: Callable[[], object] | None = None,
 ) -> BatchResult[Row]:
     """Run ``handle(row)`` for each claimed row inside the caller's claim transaction.
 
@@ -118,11 +122,16 @@ def run_batch(
     ``group(row)``, for ordered sources: after a failure, the later rows of the same group are
     not run (they are in neither list; the caller leaves them for later).
     Once ``worker.stopping``, the rows not yet run are in neither list either.
+
+    ``after_handlers()`` is called once the handlers are done, before the batch's own
+    statements (e.g. to enter psycopg's pipeline mode, so that they, the source's
+    acknowledgement and the COMMIT travel together).
     """
     db = worker.database
     if not conf.get().SAVEPOINT_PER_MESSAGE and not getattr(worker, "careful", False):
         result: BatchResult[Row] = BatchResult()
         seen: list[Delivery] = []
+        timings: list[tuple[str, str, float]] = []
         try:
             for row in rows:
                 if worker.stopping:
@@ -134,9 +143,7 @@ def run_batch(
                     handle(row)
                 finally:
                     _current.reset(token)
-                    metrics.handler_duration(
-                        current.kind, current.name, time.perf_counter() - started
-                    )
+                    timings.append((current.kind, current.name, time.perf_counter() - started))
                 result.done.append(row)
                 seen.append(current)
         except CONNECTION_LOST:
@@ -149,26 +156,36 @@ def run_batch(
             # behind by a batch that aborted for a crash.
             worker.withdraw_claim()
             raise Redo(f"a handler failed on the fast path: {exc}") from exc
+        finally:
+            metrics.handler_durations(timings)
+        if after_handlers is not None:
+            after_handlers()
         _account(db, seen, [])
         return result
     result = BatchResult()
     blocked: set[Hashable] = set()
-    for row in rows:
-        if worker.stopping:
-            break
-        if group is not None and group(row) in blocked:
-            continue
-        try:
-            with delivering(delivery(row)), transaction.atomic(using=db):
-                _timed(handle, row, delivery)
-        except CONNECTION_LOST:
-            raise
-        except Exception as exc:
-            result.failed.append((row, exc))
-            if group is not None:
-                blocked.add(group(row))
-        else:
-            result.done.append(row)
+    timings = []
+    try:
+        for row in rows:
+            if worker.stopping:
+                break
+            if group is not None and group(row) in blocked:
+                continue
+            try:
+                with delivering(delivery(row)), transaction.atomic(using=db):
+                    _timed(handle, row, delivery, timings)
+            except CONNECTION_LOST:
+                raise
+            except Exception as exc:
+                result.failed.append((row, exc))
+                if group is not None:
+                    blocked.add(group(row))
+            else:
+                result.done.append(row)
+    finally:
+        metrics.handler_durations(timings)
+    if after_handlers is not None:
+        after_handlers()
     _account(
         db, [delivery(row) for row in result.done], [delivery(row) for row, _ in result.failed]
     )
@@ -182,13 +199,18 @@ def _connection_broken(db: str) -> bool:
     return raw is None or raw.closed or raw.broken
 
 
-def _timed(handle: Callable[[Row], None], row: Row, delivery: Callable[[Row], Delivery]) -> None:
+def _timed(
+    handle: Callable[[Row], None],
+    row: Row,
+    delivery: Callable[[Row], Delivery],
+    timings: list[tuple[str, str, float]],
+) -> None:
     started = time.perf_counter()
     try:
         handle(row)
     finally:
         seen = delivery(row)
-        metrics.handler_duration(seen.kind, seen.name, time.perf_counter() - started)
+        timings.append((seen.kind, seen.name, time.perf_counter() - started))
 
 
 def _account(db: str, done: list[Delivery], failed: list[Delivery]) -> None:

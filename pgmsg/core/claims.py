@@ -18,8 +18,10 @@ becomes a dead letter without running again ("worker process died while handling
 Rows are named in ``pgmsg_claim.ids`` by a bigint: their own id where it is one and unique to
 the ``kind`` (notifications, plain inbox messages), or ``key(scope, value)``, a 64-bit hash of
 a scope and a value, where it is not (a model inbox's primary keys, which may be text or UUIDs
-and repeat across models; an event, which each subscription handles apart). A collision
-(about 1 in 10^19 per pair) would only lend one row the other's crashes.
+and repeat across models), or ``number_keys(scope, values)``, the scope's hash plus an integer
+value (an event's position, which each subscription handles apart). A collision (about 1 in
+10^19 per pair; for number keys, two scopes whose hashes lie closer than the positions'
+span) would only lend one row the other's crashes.
 
 Any batch transaction that aborts counts: a killed process, a backend terminated by
 ``idle_in_transaction_session_timeout`` (a frozen worker), a lost connection or a server
@@ -32,7 +34,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Sequence
+import struct
+from collections.abc import Iterable, Sequence
+
+import psycopg
+from psycopg.adapt import Dumper
 
 from pgmsg.core import batch, conf, sources, sql
 
@@ -49,10 +55,47 @@ DIED = (
 
 
 def key(scope: str, value: object) -> int:
-    """The claim id of ``value`` within ``scope`` (a model inbox, a subscription): a signed
-    64-bit hash of both, stable across processes and releases."""
+    """The claim id of ``value`` within ``scope`` (a model inbox): a signed 64-bit hash of
+    both, stable across processes and releases."""
     digest = hashlib.blake2b(f"{scope}\x00{value}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+def number_keys(scope: str, values: Iterable[int]) -> list[int]:
+    """The claim ids of integer ``values`` within ``scope`` (a subscription's event
+    positions): the scope's hash plus the value, wrapped to a signed 64-bit int. One hash per
+    call instead of one per value (a catch-up names 1,000 events per batch). Two scopes
+    collide only where their hashes lie as close as two positions (about 2^40 / 2^64)."""
+    base = key(scope, "") + 2**63
+    return [(base + value) % 2**64 - 2**63 for value in values]
+
+
+class _Ids(list):
+    """Claimed ids, sent as a binary int8[] by _IdsDumper."""
+
+
+class _IdsDumper(Dumper):
+    """A list of ints as PostgreSQL's binary int8[], packed in one call: psycopg's own list
+    dumper looks at every element (for 1,000 ids, measured here: 4.5 ms as text, 1.3 ms in
+    binary; this one well under 0.1 ms)."""
+
+    format = psycopg.pq.Format.BINARY
+    oid = psycopg.postgres.types["int8"].array_oid
+
+    def dump(self, obj: list[int]) -> bytes:
+        count = len(obj)
+        if not count:  # no dimensions: the empty array
+            return struct.pack(">iii", 0, 0, 20)
+        lengths_and_values = [8, 0] * count
+        lengths_and_values[1::2] = obj
+        # ndim 1, no nulls, element type int8 (oid 20), the dimension and its lower bound 1,
+        # then each element as its length (8) and its value.
+        return struct.pack(f">5i{'iq' * count}", 1, 0, 20, count, 1, *lengths_and_values)
+
+
+# Registered on psycopg's default adapters: every connection made afterwards (the worker's
+# side connection among them) finds it; a connection made before would use the list dumper.
+psycopg.adapters.register_dumper(_Ids, _IdsDumper)
 
 
 def record(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int) -> None:
@@ -61,7 +104,7 @@ def record(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int) -> N
     worker.last_claim = xid
     if conn is not None:
         conn.execute(
-            QUERIES["record"], {"kind": kind, "ids": list(ids), "xid": xid, "pid": os.getpid()}
+            QUERIES["record"], {"kind": kind, "ids": _Ids(ids), "xid": xid, "pid": os.getpid()}
         )
 
 
@@ -75,7 +118,7 @@ def record_and_count(
         return {}
     cursor = conn.execute(
         QUERIES["record_and_count"],
-        {"kind": kind, "ids": list(ids), "xid": xid, "pid": os.getpid()},
+        {"kind": kind, "ids": _Ids(ids), "xid": xid, "pid": os.getpid()},
     )
     return dict(cursor.fetchall())
 
@@ -85,7 +128,7 @@ def narrow(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int) -> N
     conn = worker.side_connection()
     if conn is not None:
         conn.execute(
-            QUERIES["narrow"], {"kind": kind, "ids": list(ids), "xid": xid, "pid": os.getpid()}
+            QUERIES["narrow"], {"kind": kind, "ids": _Ids(ids), "xid": xid, "pid": os.getpid()}
         )
 
 

@@ -8,7 +8,7 @@ WITH garbage AS (
     WHERE coalesce(pg_xact_status(transaction_id::text::xid8), 'committed') = 'committed'
 )
 INSERT INTO pgmsg_claim (kind, ids, transaction_id, pid)
-VALUES (%(kind)s, %(ids)s::bigint[], %(xid)s, %(pid)s);
+VALUES (%(kind)s, %(ids)b::bigint[], %(xid)s, %(pid)s);
 
 -- name: forget
 -- A suspect is settled (handled, failed, dead or put back with its crashes counted): its id
@@ -29,17 +29,17 @@ WITH garbage AS (
     WHERE coalesce(pg_xact_status(transaction_id::text::xid8), 'committed') = 'committed'
 ), recorded AS (
     INSERT INTO pgmsg_claim (kind, ids, transaction_id, pid)
-    VALUES (%(kind)s, %(ids)s::bigint[], %(xid)s, %(pid)s)
+    VALUES (%(kind)s, %(ids)b::bigint[], %(xid)s, %(pid)s)
 )
 SELECT c.id, count(*)::int
 FROM pgmsg_claim AS k CROSS JOIN LATERAL unnest(k.ids) AS c(id)
-WHERE k.kind = %(kind)s AND c.id = ANY(%(ids)s::bigint[])
+WHERE k.kind = %(kind)s AND c.id = ANY(%(ids)b::bigint[])
   AND pg_xact_status(k.transaction_id::text::xid8) = 'aborted'
 GROUP BY c.id;
 
 -- name: narrow
 -- The batch runs fewer rows than recorded (a suspect alone): only those count if it dies.
-UPDATE pgmsg_claim SET ids = %(ids)s::bigint[]
+UPDATE pgmsg_claim SET ids = %(ids)b::bigint[]
 WHERE kind = %(kind)s AND transaction_id = %(xid)s AND pid = %(pid)s;
 
 -- name: withdraw

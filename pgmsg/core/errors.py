@@ -138,3 +138,14 @@ class LogicalDecodingUnavailable(ConfigurationError):
 class ReplicationSlotMissing(ConfigurationError):
     """publish() to a logical outbox whose replication slot does not exist yet: a message
     written now would never be decoded. Its relay creates the slot when it starts."""
+
+
+class ReplicationSlotLost(ConfigurationError):
+    """A logical outbox's replication slot was invalidated (``wal_status = 'lost'``, usually
+    by ``max_slot_wal_keep_size``): the WAL it needed is gone, and with it the messages the relay
+    had not published. The relay stops and publish() refuses until the slot is dropped
+    (``manage.py pgmsg_outbox drop-slot``); the message says what may have been lost."""
+
+
+class ReplicationSlotInUse(PgmsgError):
+    """A slot cannot be dropped while a relay holds its outbox (or a session reads it)."""

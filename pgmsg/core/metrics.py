@@ -10,6 +10,7 @@ pgmsg/metrics/collector.py instead.
 
 from __future__ import annotations
 
+import bisect
 import functools
 from collections import Counter as Tally
 from collections.abc import Iterable
@@ -102,8 +103,37 @@ def failed(kind: str, name: str, *, give_up: bool) -> None:
     _get("dead" if give_up else "retried").labels(*labels).inc()
 
 
-def handler_duration(kind: str, name: str, seconds: float) -> None:
-    _duration(kind, name).observe(seconds)
+def handler_durations(timings: Iterable[tuple[str, str, float]]) -> None:
+    """Observe a batch's (Delivery.kind, source name, seconds), one histogram update per source
+    and bucket instead of one per message: each observe() takes a lock twice (in multiprocess
+    mode, two writes to the shared file), which cost the worker 7 to 15 us per message
+    (bench/metrics.py), about a tenth of a message's time at full speed."""
+    if prometheus_client is None:
+        return
+    by_source: dict[tuple[str, str], list[float]] = {}
+    for kind, name, seconds in timings:
+        by_source.setdefault((kind, name), []).append(seconds)
+    for (kind, name), values in by_source.items():
+        _observe_many(_duration(kind, name), values)
+
+
+def _observe_many(histogram: Any, values: list[float]) -> None:
+    # What Histogram.observe() does per value (the first bucket whose bound is >= the value
+    # gets 1, the sum gets the value), summed before touching the shared values. These are
+    # prometheus_client's internals (unchanged since 0.4): without them, observe one by one.
+    try:
+        bounds, buckets, total = histogram._upper_bounds, histogram._buckets, histogram._sum
+    except AttributeError:
+        for value in values:
+            histogram.observe(value)
+        return
+    counts = [0] * len(bounds)
+    for value in values:
+        counts[bisect.bisect_left(bounds, value)] += 1
+    total.inc(sum(values))
+    for bucket, count in zip(buckets, counts, strict=True):
+        if count:
+            bucket.inc(count)
 
 
 @functools.cache

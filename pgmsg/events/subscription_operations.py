@@ -10,7 +10,7 @@ from typing import Literal
 from django.db import connections, transaction
 from django.utils import timezone
 
-from pgmsg.core import conf, errors
+from pgmsg.core import conf, errors, horizon
 from pgmsg.events import reads
 from pgmsg.events import store as events
 from pgmsg.events.subscriptions import (
@@ -142,7 +142,7 @@ def reset(
     elif to == "archive":
         point = _archive_end()
     elif to == "end":
-        point = None  # the horizon, computed in SQL
+        point = _horizon_checkpoint()
     elif isinstance(to, int) and not isinstance(to, bool) and to >= 0:
         point = reads.checkpoint_of(to) if to else events.START
     else:
@@ -153,9 +153,8 @@ def reset(
         "reset",
         name,
         partitions,
-        to_end=point is None,
-        xid=0 if point is None else point.transaction_id,
-        position=0 if point is None else point.position,
+        xid=point.transaction_id,
+        position=point.position,
     )
 
 
@@ -166,6 +165,13 @@ def _archive_end() -> events.Checkpoint:
     if row is None:
         raise errors.ConfigurationError("reset --to archive: no event partition was archived")
     return events.Checkpoint(row[0], row[1])
+
+
+def _horizon_checkpoint() -> events.Checkpoint:
+    """The end of what is stored now, for readers: their horizon (pgmsg/core/horizon.py), not
+    the server-wide xmin, which an open transaction of another database holds back."""
+    with connections[conf.get().DATABASE].cursor() as cursor:
+        return events.Checkpoint(horizon.horizon(cursor), 0)
 
 
 def retry(name: str, partitions: Iterable[int] | None = None) -> int:

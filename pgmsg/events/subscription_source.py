@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 from django.db import connections, transaction
@@ -23,7 +24,7 @@ from pgmsg.export import periodic
 
 logger = logging.getLogger(__name__)
 
-#: pgmsg_claim.kind of events, named there by claims.key(subscription name, event position).
+#: pgmsg_claim.kind of events, named there by claims.number_keys(subscription, positions).
 CLAIM_KIND = "event"
 
 
@@ -131,29 +132,28 @@ class SubscriptionSource:
 
     def _process_partition(self, worker: Worker, partition: int, xmin: int) -> int:
         db, sub = worker.database, self.sub
+        connection = connections[db]
         # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
-        own_transaction = not connections[db].in_atomic_block
-        with transaction.atomic(using=db), connections[db].cursor() as cursor:
-            cursor.execute(
-                QUERIES["lock_partition"], {"subscription": sub.name, "partition": partition}
-            )
-            row = cursor.fetchone()
-            if row is None:
+        own_transaction = not connection.in_atomic_block
+        # Entered once the handlers are done: the batch's throughput row, the checkpoint's
+        # move and the COMMIT then go in one round trip (psycopg pipeline mode; commit() syncs
+        # it), plus the pipeline's closing sync: two round trips where they took three.
+        ending, entered = contextlib.ExitStack(), []
+
+        def pipelined() -> None:
+            if not entered:
+                entered.append(ending.enter_context(connection.connection.pipeline()))
+
+        with ending, transaction.atomic(using=db), connection.cursor() as cursor:
+            rows = self._lock_and_read(cursor, partition, xmin, worker.batch_size)
+            if not rows:
                 return 0  # another worker holds it, or it is stopped or backing off
-            id_, checkpoint_xid, checkpoint_position, attempts, xid, archived = row
+            id_, checkpoint_xid, checkpoint_position, attempts, xid, archived = rows[0][:6]
             start = Checkpoint(checkpoint_xid, checkpoint_position)
             if archived is not None:
                 self._stop_at_archive(cursor, id_, partition, start, archived)
                 return 0
-            read = reads.read_ordered(
-                cursor,
-                after=start,
-                xmin=xmin,
-                category=sub.category,
-                types=sub.types,
-                partition=(partition, sub.partitions, sub.key_source, sub.key),
-                limit=worker.batch_size,
-            )
+            read = RecordedEvent.from_rows(row[6:] for row in rows if row[6] is not None)
             # Only the first event read is the one that failed before (if one did).
             first = read[0] if read else None
             complete = len(read) < worker.batch_size  # every event up to the horizon was read
@@ -177,7 +177,12 @@ class SubscriptionSource:
                     claims.narrow(worker, CLAIM_KIND, [], xid)
                     run = []
             result = batch.run_batch(
-                worker, run, delivery=delivery, handle=self._handle, group=lambda _: partition
+                worker,
+                run,
+                delivery=delivery,
+                handle=self._handle,
+                group=lambda _: partition,
+                after_handlers=pipelined,
             )
             handled = len(result.done)
             reached = result.done[-1].checkpoint if result.done else start
@@ -185,6 +190,7 @@ class SubscriptionSource:
                 # Every matching event of ended transactions was read: the next read may
                 # start at the horizon instead of re-scanning other partitions' events.
                 reached = max(reached, Checkpoint(xmin, 0))
+            pipelined()
             failed = None
             if verdict is not None:
                 failed = (suspect[0], verdict)
@@ -260,8 +266,28 @@ class SubscriptionSource:
             },
         )
 
+    def _lock_and_read(self, cursor, partition: int, xmin: int, limit: int) -> list[tuple]:
+        """Hold the partition and read its next events, in one statement (lock_and_read). No
+        row: the partition is not ours to serve now."""
+        sub = self.sub
+        cursor.execute(
+            QUERIES["lock_and_read"],
+            {
+                "subscription": sub.name,
+                "partition": partition,
+                "xmin": str(xmin),
+                "category": sub.category,
+                "types": sub.types,
+                "partitions": sub.partitions,
+                "key_source": sub.key_source,
+                "key": sub.key,
+                "limit": limit,
+            },
+        )
+        return cursor.fetchall()
+
     def _claim_key(self, recorded: RecordedEvent) -> int:
-        return claims.key(self.sub.name, recorded.position)
+        return claims.number_keys(self.sub.name, [recorded.position])[0]
 
     def _record(self, worker: Worker, read: list[RecordedEvent], xid: int):
         """Record the batch's claim outside its transaction (pgmsg/core/claims.py). If some
@@ -270,7 +296,7 @@ class SubscriptionSource:
 
         Returns (events to run, (the suspect, its crashes) or None).
         """
-        keys = [self._claim_key(recorded) for recorded in read]
+        keys = claims.number_keys(self.sub.name, [recorded.position for recorded in read])
         crashes = claims.record_and_count(worker, CLAIM_KIND, keys, xid)
         found = next((i for i, k in enumerate(keys) if k in crashes), None)
         if found is None:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from psycopg import sql as pgsql
 
-from pgmsg.core import errors, names, sql
+from pgmsg.core import errors, horizon, names, sql
 from pgmsg.events import store as events
 from pgmsg.events.store import RecordedEvent
 
@@ -184,9 +184,12 @@ def ensure_partitions(sub: Subscription, cursor) -> None:
     cursor.execute(QUERIES["partition_count"], {"subscription": sub.name})
     count, highest = cursor.fetchone()
     if count == 0:
+        # "now" is the readers' own horizon, not the server-wide xmin, which a transaction of
+        # another database holds back: starting there would replay what is stored already.
+        start = horizon.horizon(cursor) if sub.start == "now" else 0
         cursor.execute(
             QUERIES["create_partitions"],
-            {"subscription": sub.name, "count": sub.partitions, "from_now": sub.start == "now"},
+            {"subscription": sub.name, "count": sub.partitions, "xid": start},
         )
     elif count != sub.partitions or highest != sub.partitions - 1:
         raise errors.ConfigurationError(

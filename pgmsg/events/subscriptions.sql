@@ -1,13 +1,11 @@
 -- name: create_partitions
--- One row per partition, created once. A subscription that starts "now" begins at the
--- horizon: events of transactions that have ended are passed over.
+-- One row per partition, created once, at the checkpoint (%(xid)s, 0): 0 for a subscription
+-- that starts at the beginning, the readers' horizon for one that starts "now" (events of
+-- transactions that have ended are passed over).
 INSERT INTO pgmsg_subscription_partition
     (subscription, partition, checkpoint_transaction, checkpoint_position, status, attempts,
      last_error, handled)
-SELECT %(subscription)s, p,
-       CASE WHEN %(from_now)s THEN pg_snapshot_xmin(pg_current_snapshot())::text::bigint
-            ELSE 0 END,
-       0, 'active', 0, '', 0
+SELECT %(subscription)s, p, %(xid)s, 0, 'active', 0, '', 0
 FROM generate_series(0, %(count)s - 1) AS p
 ON CONFLICT (subscription, partition) DO NOTHING;
 
@@ -46,24 +44,54 @@ WHERE p.subscription = %(subscription)s AND p.partition = ANY(%(partitions)s::in
   AND p.status = 'active' AND p.next_attempt_at <= now()
 ORDER BY p.partition;
 
--- name: lock_partition
--- Hold one partition for this transaction; a partition another worker holds is skipped.
--- FOR UPDATE returns the row's latest committed checkpoint; locking gives this transaction
--- its id, returned for the batch's claim record (pgmsg/core/claims.py). Last: the first
--- archive (pgmsg_archive --force) holding events after the checkpoint, as "partition (path)",
--- NULL when none: such a subscription must stop there rather than pass over them.
-SELECT p.id, p.checkpoint_transaction, p.checkpoint_position, p.attempts,
-       pg_current_xact_id()::text::bigint,
+-- name: lock_and_read
+-- Hold one partition for this transaction and read its next events, in one statement (one
+-- round trip). SKIP LOCKED: no row when another worker holds it, or it is stopped or backing
+-- off. FOR UPDATE returns the row's latest committed checkpoint; locking gives this transaction
+-- its id, returned for the batch's claim record (pgmsg/core/claims.py). Then up to
+-- %(limit)s of its events after the checkpoint the lock returns (the latest committed one),
+-- below the horizon %(xmin)s read by an earlier statement. The event columns are those of
+-- read_ordered, NULL when nothing is to be read; the filters are read_ordered's, written the
+-- same way so that the partition's index (create_partition_index) serves the read. Sixth
+-- column: the first archive (pgmsg_archive --force) holding events after the checkpoint, as
+-- "partition (archived to path)", NULL when none: such a partition must stop there rather
+-- than pass over them.
+WITH held AS (
+    SELECT p.id, p.checkpoint_transaction, p.checkpoint_position, p.attempts,
+           pg_current_xact_id()::text::bigint AS xid
+    FROM pgmsg_subscription_partition AS p
+    WHERE p.subscription = %(subscription)s AND p.partition = %(partition)s
+      AND p.status = 'active' AND p.next_attempt_at <= now()
+    FOR UPDATE SKIP LOCKED
+)
+SELECT held.id, held.checkpoint_transaction, held.checkpoint_position, held.attempts, held.xid,
        (SELECT a.partition || ' (archived to ' || a.path || ')' FROM pgmsg_archive AS a
         WHERE a.status = 'archived' AND a.end_transaction_id IS NOT NULL
           AND (a.end_transaction_id, a.end_position)
-              > (p.checkpoint_transaction, p.checkpoint_position)
+              > (held.checkpoint_transaction, held.checkpoint_position)
         ORDER BY a.lower
-        LIMIT 1)
-FROM pgmsg_subscription_partition AS p
-WHERE p.subscription = %(subscription)s AND p.partition = %(partition)s
-  AND p.status = 'active' AND p.next_attempt_at <= now()
-FOR UPDATE OF p SKIP LOCKED;
+        LIMIT 1) AS archived,
+       e.*
+FROM held LEFT JOIN LATERAL (
+    SELECT position, transaction_id::text AS xid, stream_name, version, type, data::text,
+           metadata::text, message_id,
+           (extract(epoch FROM recorded_at) * 1000000)::bigint AS recorded_at_us
+    FROM pgmsg_event
+    WHERE (transaction_id, position)
+          > (held.checkpoint_transaction::text::xid8, held.checkpoint_position)
+      AND transaction_id < %(xmin)s::text::xid8
+      AND (%(category)s::text IS NULL OR category = %(category)s::text)
+      AND (%(types)s::text[] IS NULL OR type = ANY(%(types)s::text[]))
+      AND (%(partitions)s::int = 1 OR abs(mod(hashtextextended(
+            CASE %(key_source)s::text
+                WHEN 'stream' THEN stream_name
+                WHEN 'data' THEN coalesce(data ->> %(key)s::text, '')
+                ELSE coalesce(metadata ->> %(key)s::text, '')
+            END, 0), %(partitions)s::int)) = %(partition)s::int)
+    ORDER BY transaction_id, position
+    LIMIT %(limit)s
+) AS e ON true
+ORDER BY e.xid::xid8, e.position;
 
 -- name: archive_end
 -- The read-order key of the last archived event (reset --to archive moves past it).
@@ -129,12 +157,10 @@ WHERE subscription = %(subscription)s AND partition = ANY(%(partitions)s::int[])
   AND status = 'active' AND attempts > 0 AND next_attempt_at > now();
 
 -- name: reset
--- Move partitions to a checkpoint (or to the horizon) and make them active. The UPDATE waits
--- for a worker that holds a partition to commit its batch.
+-- Move partitions to a checkpoint and make them active. The UPDATE waits for a worker that
+-- holds a partition to commit its batch.
 UPDATE pgmsg_subscription_partition
-SET checkpoint_transaction = CASE WHEN %(to_end)s
-        THEN pg_snapshot_xmin(pg_current_snapshot())::text::bigint ELSE %(xid)s END,
-    checkpoint_position = CASE WHEN %(to_end)s THEN 0 ELSE %(position)s END,
+SET checkpoint_transaction = %(xid)s, checkpoint_position = %(position)s,
     status = 'active', attempts = 0, last_error = '', failed_position = NULL,
     next_attempt_at = now(), updated_at = now()
 WHERE subscription = %(subscription)s AND partition = ANY(%(partitions)s::int[]);

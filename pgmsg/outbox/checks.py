@@ -77,7 +77,9 @@ def check_logical_capture(app_configs=None, databases=None, **kwargs) -> list[ch
                 f"outbox(es) {logical} read replication slots, and max_slot_wal_keep_size is -1 "
                 "(unlimited): a relay that stops makes its slot keep WAL until the disk is full",
                 hint="set max_slot_wal_keep_size (e.g. '10GB') in postgresql.conf; a slot past "
-                "it is invalidated (its unrelayed messages are lost) instead of filling the disk",
+                "it is invalidated (its unrelayed messages are lost: the relay stops, and "
+                "`manage.py pgmsg_outbox drop-slot NAME --yes` lets it start over) instead of "
+                "filling the disk",
                 id="pgmsg.W503",
             )
         )

@@ -5,19 +5,24 @@
 -- name: emit
 -- One message, transactional: it is decoded only if (and when) its transaction commits, in
 -- commit order. Written only while the outbox's slot exists and is ready (a message written
--- before would never be decoded): no row means "no slot", and publish() raises. pgmsg_wake
--- wakes an idle relay at commit (pgmsg/core/wake.py).
+-- before would never be decoded, and so would one written after the slot was invalidated,
+-- whose confirmed_flush_lsn stays set): no row means "no usable slot", and publish() raises.
+-- pgmsg_wake wakes an idle relay at commit (pgmsg/core/wake.py).
 SELECT pg_logical_emit_message(true, %(prefix)s, %(content)s::text), pgmsg_wake(%(wake)s)
 FROM pg_replication_slots
 WHERE slot_name = %(slot)s AND database = current_database()
-  AND confirmed_flush_lsn IS NOT NULL;
+  AND confirmed_flush_lsn IS NOT NULL AND wal_status IS DISTINCT FROM 'lost';
 
 -- name: server
 -- What the relay needs at start: wal_level, whether its slot and the (empty) publication that
--- pgoutput is given exist.
+-- pgoutput is given exist, and whether the slot was invalidated (wal_status 'lost').
 SELECT current_setting('wal_level'),
        EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = %(slot)s),
-       EXISTS (SELECT FROM pg_publication WHERE pubname = %(publication)s);
+       EXISTS (SELECT FROM pg_publication WHERE pubname = %(publication)s),
+       EXISTS (SELECT FROM pg_replication_slots
+               WHERE slot_name = %(slot)s AND wal_status = 'lost'),
+       coalesce(has_function_privilege(to_regprocedure('pg_log_standby_snapshot()'),
+                                       'execute'), false);
 
 -- name: create_publication
 -- pgoutput needs a publication name; an empty one publishes no table change, so the slot yields
@@ -48,11 +53,27 @@ FROM pg_logical_slot_peek_binary_changes(%(slot)s, NULL, %(limit)s,
 -- the outbox table): decoding starts after it from now on.
 SELECT pg_replication_slot_advance(%(slot)s, %(lsn)s::pg_lsn)::text;
 
--- name: blocked_keys
--- Keys of these messages that have rows in the outbox table (refused, retrying, dead, or parked
--- behind one of those): their next messages go into the table too, behind them.
-SELECT DISTINCT key FROM pgmsg_outbox_message
-WHERE outbox = %(outbox)s AND key = ANY(%(keys)s::text[]);
+-- name: advance_and_log_snapshot
+-- advance, and in the same round trip (PostgreSQL 16+): a peek decodes again from the slot's
+-- restart position, which moves only past a running-transactions record (PostgreSQL writes one
+-- every 15 s or so), so after a large transaction every peek decodes it again. When the slot's
+-- restart position lags more than RESTART_GAP bytes behind, write such a record now; the next
+-- advance past it moves the restart position. (The LATERAL reference makes the slot be read
+-- after the advance.)
+SELECT a.end_lsn::text,
+       CASE WHEN pg_wal_lsn_diff(a.end_lsn, s.restart_lsn) > %(gap)s
+            THEN pg_log_standby_snapshot()::text END
+FROM pg_replication_slot_advance(%(slot)s, %(lsn)s::pg_lsn) AS a,
+     LATERAL (SELECT restart_lsn FROM pg_replication_slots
+              WHERE slot_name = %(slot)s AND a.end_lsn IS NOT NULL) AS s;
+
+-- name: in_table
+-- Rows of the outbox table with these keys or message ids. A key with a row there (refused,
+-- retrying, dead, or parked behind one of those) holds back its next messages: they go into the
+-- table too, behind it. A message id with a row there is still unrelayed: a second message
+-- with that id is skipped, as table mode's publish() skips it (ON CONFLICT DO NOTHING).
+SELECT key, message_id FROM pgmsg_outbox_message
+WHERE outbox = %(outbox)s AND (key = ANY(%(keys)s::text[]) OR message_id = ANY(%(ids)s::text[]));
 
 -- name: park
 -- Messages read from the slot that go to the table: refused ones (attempts 1, the broker's
@@ -101,3 +122,27 @@ SELECT current_setting('max_slot_wal_keep_size'), current_setting('wal_level');
 -- Remove an outbox's slot (it stops holding WAL; messages not yet relayed are lost with it).
 SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
 WHERE slot_name = %(slot)s AND NOT active;
+
+-- name: slot_state
+-- Everything pg_replication_slots says about one slot, as JSON (its columns differ between
+-- PostgreSQL versions: invalidation_reason and inactive_since exist from 17 on), with the
+-- server's cap on slot WAL and the bytes of WAL from the slot's confirmed position to now.
+SELECT to_jsonb(s), current_setting('max_slot_wal_keep_size'),
+       pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint
+FROM pg_replication_slots AS s
+WHERE s.slot_name = %(slot)s;
+
+-- name: lock_outbox
+-- In the dropping transaction: the outbox's relay lock (partition 0, as a relay takes it), so
+-- that no relay holds the outbox while its slot is dropped; false when one holds it now.
+SELECT pg_try_advisory_xact_lock(hashtext('pgmsg.outbox:' || %(outbox)s), 0);
+
+-- name: relay_holder
+-- The process of the session that holds an outbox's relay lock (a relay), if any.
+SELECT a.pid, a.application_name, a.client_addr::text
+FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid)
+WHERE l.locktype = 'advisory' AND l.granted AND l.database = (
+        SELECT oid FROM pg_database WHERE datname = current_database())
+  AND l.classid::bigint = (hashtext('pgmsg.outbox:' || %(outbox)s)::bigint & 4294967295)
+  AND l.objid = 0 AND l.objsubid = 2
+LIMIT 1;

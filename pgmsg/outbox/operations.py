@@ -98,6 +98,9 @@ class OutboxHealth:
     #: Seconds since the commit of the oldest transaction with a message the relay has not
     #: confirmed (0: none waits; None: unknown, the relay was reading the slot at that moment).
     slot_age: float | None = None
+    #: Logical mode: the slot's wal_status (reserved, extended, unreserved: past
+    #: max_slot_wal_keep_size, lost at the next checkpoint; lost: invalidated).
+    slot_wal_status: str | None = None
 
     def as_dict(self) -> dict:
         data = dataclasses.asdict(self)
@@ -145,8 +148,21 @@ def health(names: Iterable[str] | None = None) -> list[OutboxHealth]:
         if spec.capture == "logical":
             slot_fields = _slot_health(name, settings.DATABASE)
             slot_age = slot_fields["slot_age"]
+            wal_status = slot_fields.get("slot_wal_status")
             if slot_fields["slot"] is None:
                 reasons.append("no replication slot yet: start its relay")
+            elif wal_status == "lost":
+                reasons.append(
+                    f"replication slot {slot_fields['slot']} was invalidated (wal_status lost): "
+                    "its unrelayed messages are gone; the relay stops and publish() raises "
+                    f"until `manage.py pgmsg_outbox drop-slot {name} --yes`"
+                )
+            elif wal_status == "unreserved":
+                reasons.append(
+                    f"replication slot {slot_fields['slot']} holds more WAL than "
+                    "max_slot_wal_keep_size (wal_status unreserved): it is invalidated at the "
+                    "next checkpoint unless its relay catches up"
+                )
             elif slot_age is not None and slot_age >= settings.OUTBOX_DEGRADED_AGE:
                 reasons.append(
                     f"oldest unrelayed message in the slot is {slot_age:.0f}s old "
@@ -180,12 +196,13 @@ def _slot_health(outbox: str, using: str) -> dict:
         found = cursor.fetchone()
     if found is None:
         return {"slot": None}
-    _, lag, retained, _ = found
+    _, lag, retained, wal_status = found
     return {
         "slot": slot,
         "slot_lag_bytes": lag,
         "slot_retained_bytes": retained,
-        "slot_age": _oldest_unrelayed_age(slot, using),
+        "slot_wal_status": wal_status,
+        "slot_age": None if wal_status == "lost" else _oldest_unrelayed_age(slot, using),
     }
 
 
@@ -206,3 +223,37 @@ def _oldest_unrelayed_age(slot: str, using: str) -> float | None:
 
 #: health() under the name pgmsg exports it as.
 outbox_health = health
+
+
+def unrelayed_messages(outbox: str, *, using: str | None = None) -> list:
+    """The messages a logical outbox's slot holds that its relay has not confirmed (envelopes,
+    in commit order): what dropping the slot would lose. Reads the slot (so not while a relay
+    peeks it); raises ReplicationSlotLost when the slot was invalidated (they cannot be read)."""
+    from pgmsg.outbox import logical  # the relay's modules load only where they are used
+
+    using = using or conf.get().DATABASE
+    found = slots.state(outbox, using=using)
+    if found is None:
+        return []
+    if found.lost:
+        raise slots.lost_error(outbox, found)
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        cursor.execute(SLOT_QUERIES["peek"], {"slot": found.slot, "limit": None})
+        transactions = logical.decode(cursor.fetchall(), outbox)
+    return [e for _, messages in transactions for e in messages]
+
+
+def drop_slot(outbox: str, *, using: str | None = None) -> slots.SlotState:
+    """Drop a logical outbox's replication slot (it then keeps no WAL): refused while a relay
+    holds the outbox (ReplicationSlotInUse). Messages the slot held and the relay had not
+    published are lost with it. The outbox need not be declared any more. Returns the slot's
+    state just before; the relay creates a new slot at its next start."""
+    found = slots.drop_unless_relayed(outbox, using=using or conf.get().DATABASE)
+    logger.warning(
+        "pgmsg: dropped replication slot %r of outbox %r (wal_status %s, confirmed up to %s)",
+        found.slot,
+        outbox,
+        found.wal_status,
+        found.confirmed_flush_lsn,
+    )
+    return found

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -9,7 +10,7 @@ import re
 import struct
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from pgmsg.core import errors, sql
 
@@ -50,11 +51,109 @@ def emit(cursor: Any, outbox: str, row: dict[str, Any], *, using: str) -> None:
         },
     )
     if cursor.fetchone() is None:
+        found = state(outbox, using=using)
+        if found is not None and found.lost:
+            raise lost_error(outbox, found)
         raise errors.ReplicationSlotMissing(
             f"outbox {outbox!r} captures with logical decoding and its replication slot "
             f"{slot_name(outbox, using=using)!r} does not exist yet, so nothing would read "
             "this message: start its relay once (manage.py listen), which creates the slot"
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotState:
+    """What pg_replication_slots says about an outbox's slot."""
+
+    outbox: str
+    slot: str
+    #: reserved, extended, unreserved (past max_slot_wal_keep_size: lost at the next
+    #: checkpoint) or lost (invalidated: the WAL it needed is gone).
+    wal_status: str | None
+    #: The end of the last transaction the relay confirmed (text LSN).
+    confirmed_flush_lsn: str | None
+    #: Whether a session reads the slot at this instant (a relay's peek, health's look).
+    active: bool
+    #: Bytes of WAL from the confirmed position to the server's current one.
+    lag_bytes: int | None
+    max_slot_wal_keep_size: str
+    #: PostgreSQL 17+: why it was invalidated, and since when no session used it.
+    invalidation_reason: str | None = None
+    inactive_since: str | None = None
+
+    @property
+    def lost(self) -> bool:
+        return self.wal_status == "lost"
+
+
+def state(outbox: str, *, using: str) -> SlotState | None:
+    """The state of ``outbox``'s slot, or None when it has none."""
+    slot = slot_name(outbox, using=using)
+    with connections[using].cursor() as cursor:
+        cursor.execute(QUERIES["slot_state"], {"slot": slot})
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    row, keep_size, lag = found
+    if isinstance(row, str):
+        row = json.loads(row)
+    return SlotState(
+        outbox=outbox,
+        slot=slot,
+        wal_status=row.get("wal_status"),
+        confirmed_flush_lsn=row.get("confirmed_flush_lsn"),
+        active=bool(row.get("active")),
+        lag_bytes=lag,
+        max_slot_wal_keep_size=keep_size,
+        invalidation_reason=row.get("invalidation_reason"),
+        inactive_since=row.get("inactive_since"),
+    )
+
+
+def lost_error(outbox: str, found: SlotState) -> errors.ReplicationSlotLost:
+    """The error of an invalidated slot: what happened, what may be lost, what to do."""
+    why = f", reason {found.invalidation_reason}" if found.invalidation_reason else ""
+    last = f"; no session has read it since {found.inactive_since}" if found.inactive_since else ""
+    return errors.ReplicationSlotLost(
+        f"outbox {outbox!r}: its replication slot {found.slot!r} was invalidated (wal_status = "
+        f"'lost'{why}): PostgreSQL removed WAL the slot still needed, usually because it held "
+        f"more than max_slot_wal_keep_size = {found.max_slot_wal_keep_size}{last}. Messages of "
+        f"transactions committed after the slot's confirmed position {found.confirmed_flush_lsn} "
+        "that the relay had not published are lost: in logical mode they were only in that WAL, "
+        "so pgmsg cannot list them; find them in your own records. The relay stops and "
+        "publish() to this outbox raises until you run "
+        f"`manage.py pgmsg_outbox drop-slot {outbox} --yes`; the relay then creates a new slot "
+        "when it starts"
+    )
+
+
+def drop_unless_relayed(outbox: str, *, using: str) -> SlotState:
+    """Drop ``outbox``'s slot unless a relay holds the outbox or a session reads the slot;
+    return the slot's state just before. The outbox's relay lock is held while dropping, so no
+    relay can start reading meanwhile. Raises ReplicationSlotMissing or ReplicationSlotInUse."""
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        found = state(outbox, using=using)
+        if found is None:
+            raise errors.ReplicationSlotMissing(
+                f"outbox {outbox!r} has no replication slot "
+                f"({slot_name(outbox, using=using)!r}) in this database: nothing to drop"
+            )
+        cursor.execute(QUERIES["lock_outbox"], {"outbox": outbox})
+        if not cursor.fetchone()[0]:
+            cursor.execute(QUERIES["relay_holder"], {"outbox": outbox})
+            holder = cursor.fetchone()
+            who = f" (backend pid {holder[0]}, client {holder[2] or 'local'})" if holder else ""
+            raise errors.ReplicationSlotInUse(
+                f"a relay holds outbox {outbox!r}{who}: stop its `manage.py listen` first, "
+                f"then drop the slot {found.slot!r}"
+            )
+        cursor.execute(QUERIES["drop_slot"], {"slot": found.slot})
+        if cursor.fetchone() is None:
+            raise errors.ReplicationSlotInUse(
+                f"a session is reading the slot {found.slot!r} of outbox {outbox!r} right now "
+                "(health's look, or a peek by hand): try again"
+            )
+    return found
 
 
 def commit_time(begin: bytes) -> dt.datetime:

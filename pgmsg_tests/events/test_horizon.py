@@ -104,3 +104,38 @@ def test_the_admin_names_what_holds_the_horizon_back(client):
     wait_for(lambda: reads.horizon_blockers() == [], timeout=30, message="blocker gone")
     for page in pages:
         assert "Read horizon held back" not in client.get(page).content.decode()
+
+
+def test_reset_to_the_end_passes_over_what_is_stored_while_another_database_is_held():
+    """ "end" is the readers' horizon, not the server-wide xmin: an open transaction of another
+    database held the server's xmin below this test's events, and a reset to that point
+    replayed every one of them."""
+    from pgmsg.events import subscription_operations
+    from pgmsg_tests.events.test_subscriptions import drain, drain_until, effects
+
+    other = open_writing_transaction("postgres")
+    try:
+        pgmsg.append("seq-e", [Step(n=i) for i in range(1, 6)])
+        drain_until("test-seq", lambda: len(effects("sub.seq")) == 5, message="5 handled")
+        subscription_operations.reset("test-seq", to="end")
+        pgmsg.append("seq-e", Step(n=6))
+        drain_until("test-seq", lambda: len(effects("sub.seq")) >= 6, message="the new one")
+        drain("test-seq")
+        assert [e.data["n"] for e in effects("sub.seq")] == [1, 2, 3, 4, 5, 6]
+    finally:
+        other.close()
+
+
+def test_a_subscription_starting_now_passes_over_what_is_stored_while_another_db_is_held():
+    from pgmsg_tests.events.test_subscriptions import drain, drain_until, effects
+
+    other = open_writing_transaction("postgres")
+    try:
+        pgmsg.append("late-h", Step(n=1))
+        drain("test-late")  # creates the partition at the horizon: step 1 is passed over
+        pgmsg.append("late-h", Step(n=2))
+        drain_until("test-late", lambda: effects("sub.late"), message="the new event")
+        drain("test-late")
+        assert [e.data["n"] for e in effects("sub.late")] == [2]
+    finally:
+        other.close()

@@ -8,7 +8,6 @@ from django.db import connection, transaction
 
 import pgmsg
 from pgmsg.events import reads, subscriptions
-from pgmsg.events.store import QUERIES as EVENT_QUERIES
 from pgmsg.events.store import START
 from pgmsg_tests.testapp.events_handlers import Step
 
@@ -16,17 +15,16 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def read_plan(sub: pgmsg.Subscription, partition: int) -> str:
-    """EXPLAIN of the read a worker makes for one partition (the statement and parameters of
-    reads.read_ordered), with sequential scans ruled out so that a tiny table still shows
-    which index the read can use."""
+    """EXPLAIN of the read a worker makes for one partition (the statement that holds the
+    partition and reads its events, with the worker's parameters), with sequential scans ruled
+    out so that a tiny table still shows which index the read can use."""
     params = {
-        "xid": str(START.transaction_id),
-        "position": START.position,
+        "subscription": sub.name,
+        "partition": partition,
         "xmin": "100000000",
         "category": sub.category,
         "types": None,
         "partitions": sub.partitions,
-        "partition": partition,
         "key_source": sub.key_source,
         "key": sub.key,
         "limit": 1000,
@@ -34,8 +32,23 @@ def read_plan(sub: pgmsg.Subscription, partition: int) -> str:
     with transaction.atomic(), connection.cursor() as cursor:
         subscriptions.ensure_partitions(sub, cursor)
         cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("EXPLAIN " + EVENT_QUERIES["read_ordered"], params)
+        cursor.execute("EXPLAIN " + subscriptions.QUERIES["lock_and_read"], params)
         return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def event_scans(plan: str, indexes: set[str]) -> list[list[str]]:
+    """The plan's scans of those indexes, each as its lines (the node and its conditions)."""
+    scans: list[list[str]] = []
+    inside = False
+    for line in plan.splitlines():
+        if line.lstrip().startswith("->"):  # a plan node (not "->>" inside a condition)
+            found = re.search(r"Index Scan using (\S+)", line)
+            inside = bool(found and found.group(1) in indexes)
+            if inside:
+                scans.append([line])
+        elif inside:
+            scans[-1].append(line)
+    return scans
 
 
 def index_and_its_partitions(index_name: str) -> set[str]:
@@ -62,11 +75,15 @@ def test_a_partition_read_is_an_index_range_of_its_own_bucket(category, partitio
 
     # pgmsg_event is partitioned by month (docs/storage.md): the read is one range per month,
     # each on that month's copy of the subscription's index.
-    used = re.findall(r"Index Scan using (\S+)", plan)
-    assert used and set(used) <= index_and_its_partitions(index_name), plan
-    conditions = [line for line in plan.splitlines() if "Index Cond" in line]
-    assert all("hashtextextended" in condition for condition in conditions), plan
-    assert "Filter" not in plan, plan  # nothing read is thrown away
+    mine = index_and_its_partitions(index_name)
+    used = {name for name in re.findall(r"Index Scan using (\S+)", plan) if "event" in name}
+    assert used and used <= mine, plan
+    scans = event_scans(plan, mine)
+    assert scans, plan
+    for scan in scans:
+        text = "\n".join(scan)
+        assert "Index Cond" in text and "hashtextextended" in text, plan
+        assert "Filter" not in text, plan  # nothing read is thrown away
 
 
 def test_subscriptions_with_the_same_key_and_count_share_one_index():

@@ -291,10 +291,15 @@ def test_a_logical_relay_killed_again_and_again_delivers_everything_and_its_slot
         }
         kills = 0
         while True:
-            before = reader.count()
+            before, confirmed = reader.count(), slot_state(NATS)[1]
             proc = workers.start(f"--outbox={NATS}", "--batch-size=10", env=env)
+            # Progress: a new message in the stream, or the slot moved (a relay killed between
+            # the broker's acks and its advance left only messages the stream holds already:
+            # their re-publish is deduplicated, the count does not grow).
             wait_for(
-                lambda proc=proc, n=before: proc.poll() is not None or reader.count() > n,
+                lambda proc=proc, n=before, at=confirmed: (
+                    proc.poll() is not None or reader.count() > n or slot_state(NATS)[1] != at
+                ),
                 timeout=60,
                 interval=0.01,
                 message="the restarted relay publishes",
@@ -322,3 +327,174 @@ def test_a_logical_relay_killed_again_and_again_delivers_everything_and_its_slot
         assert all(seqs == list(range(len(seqs))) for seqs in per_key.values())
     finally:
         client.close()
+
+
+def test_two_logical_relays_never_publish_at_once_and_one_takes_over_after_a_kill(
+    logical_outboxes_ready, workers, tmp_path
+):
+    """Two `listen` processes on one logical outbox: the recorder logs which process published
+    each message. While the first lives, the second (started before any message, retrying the
+    outbox's lock every sweep) publishes nothing: every line of the first comes before every
+    line of the second. SIGKILLed, the first lets go of the lock and the slot; the second takes
+    over and publishes the rest, and no committed message is missing."""
+    record = tmp_path / "record.tsv"
+    env = {
+        "DATABASE_URL": database_url(connections[DB].settings_dict),
+        "PGMSG_TEST_LOGICAL": "1",
+        "PGMSG_TEST_RECORD": str(record),
+    }
+
+    def recorded() -> list[list[str]]:
+        return (
+            [line.split("\t") for line in record.read_text().splitlines()]
+            if record.exists()
+            else []
+        )
+
+    def publish(numbers) -> set[str]:
+        with transaction.atomic(using=DB):
+            return {
+                pgmsg.publish(RECORDED, {"n": n}, type="t", key=f"key-{n % 10}").message_id
+                for n in numbers
+            }
+
+    first = workers.start(f"--outbox={RECORDED}", env=env)
+    wait_for(
+        lambda: operations.health([RECORDED])[0].relayed_partitions == (0,),
+        message="the first relay holds the outbox",
+    )
+    second = workers.start(f"--outbox={RECORDED}", env=env)
+    committed: set[str] = set()
+    # Ten transactions, each relayed before the next: the first relay publishes over several
+    # of the second one's tries (SWEEP_INTERVAL is 1 s in the tests).
+    for start in range(0, 200, 20):
+        committed |= publish(range(start, start + 20))
+        wait_for(
+            lambda sent=frozenset(committed): sent <= {mid for _, mid, *_ in recorded()},
+            message="the first relay publishes",
+        )
+        time.sleep(0.3)
+    assert second.poll() is None and first.poll() is None
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    killed_at = time.monotonic()
+    committed |= publish(range(200, 400))
+    wait_for(
+        lambda: committed <= {mid for _, mid, *_ in recorded()},
+        message="the second relay takes over and publishes the rest",
+    )
+    print(f"takeover: the rest published {time.monotonic() - killed_at:.1f}s after the kill")
+    lines = recorded()
+    pids = [int(pid) for pid, *_ in lines]
+    assert set(pids) == {first.pid, second.pid}, "both relays should have published"
+    by_pid = defaultdict(list)
+    for index, pid in enumerate(pids):
+        by_pid[pid].append(index)
+    assert max(by_pid[first.pid]) < min(by_pid[second.pid]), (
+        "the second relay published while the first one held the slot"
+    )
+    assert {mid for _, mid, *_ in lines} == committed  # nothing lost, nothing foreign
+    assert second.poll() is None, workers.log(second)
+
+
+def test_drop_slot_lists_what_it_would_lose_refuses_while_a_relay_holds_it_and_asks_for_yes(
+    logical_outboxes_ready, workers
+):
+    first = pgmsg.publish(RECORDED, {"n": 1}, type="t", key="a").message_id
+    second = pgmsg.publish(RECORDED, {"n": 2}, type="t").message_id
+
+    out = StringIO()
+    with pytest.raises(CommandError, match="add --yes"):
+        call_command("pgmsg_outbox", "drop-slot", RECORDED, stdout=out)
+    assert "2 unrelayed message(s) would be lost" in out.getvalue()
+    assert first in out.getvalue() and second in out.getvalue()
+    assert slot_state(RECORDED) is not None
+
+    env = {"DATABASE_URL": database_url(connections[DB].settings_dict), "PGMSG_TEST_LOGICAL": "1"}
+    relay_proc = workers.start(f"--outbox={RECORDED}", env=env)
+    wait_for(
+        lambda: operations.health([RECORDED])[0].relayed_partitions == (0,),
+        message="the relay holds the outbox",
+    )
+    with pytest.raises(CommandError, match="a relay holds outbox"):
+        call_command("pgmsg_outbox", "drop-slot", RECORDED, "--yes", stdout=StringIO())
+    assert slot_state(RECORDED) is not None
+    os.killpg(relay_proc.pid, signal.SIGTERM)
+    relay_proc.wait()
+
+    out = StringIO()
+    call_command("pgmsg_outbox", "drop-slot", RECORDED, "--yes", stdout=out)
+    assert "dropped slot" in out.getvalue()
+    assert slot_state(RECORDED) is None
+    with pytest.raises(errors.ReplicationSlotMissing):
+        pgmsg.publish(RECORDED, {"n": 3}, type="t")
+    with pytest.raises(CommandError, match="has no replication slot"):
+        call_command("pgmsg_outbox", "drop-slot", RECORDED, "--yes", stdout=StringIO())
+
+
+@pytest.mark.parametrize("outbox", [RECORDED, "test.recorded"], ids=["logical", "table"])
+def test_a_message_id_still_unrelayed_is_relayed_once_and_again_after_it_was_relayed(
+    logical_outboxes_ready, outbox
+):
+    """Table mode is the reference: publish() skips a message id that has a row (stored=False).
+    Logical mode writes both (stored=True) and its relay skips the later copy when it reads
+    them together, or finds the id in the outbox table; the first copy wins in both modes. Once
+    relayed, the same id is published again in both modes (the broker or consumer dedupes)."""
+    pgmsg.publish(outbox, {"n": 1}, type="t", key="a", message_id="m-1")
+    pgmsg.publish(outbox, {"n": 2}, type="t", key="b", message_id="m-1")  # a copy
+    pgmsg.publish(outbox, {"n": 3}, type="t", message_id="m-2")
+
+    relay(outbox)
+
+    assert [(e.message_id, json.loads(e.payload)["n"]) for e in outbox_declarations.RECORDED] == [
+        ("m-1", 1),
+        ("m-2", 3),
+    ]
+    pgmsg.publish(outbox, {"n": 4}, type="t", key="a", message_id="m-1")  # relayed already
+    relay(outbox)
+    assert recorded_numbers() == [1, 3, 4]
+
+
+def test_a_logical_copy_of_a_message_id_in_the_outbox_table_is_skipped(logical_outboxes_ready):
+    pgmsg.publish(RECORDED, {"n": 1, "refuse": 9}, type="t", message_id="m-1")
+    relay(RECORDED)  # refused: into the table
+    assert [r.message_id for r in rows(RECORDED)] == ["m-1"]
+    pgmsg.publish(RECORDED, {"n": 2}, type="t", message_id="m-1")  # keyless: not held back
+
+    relay(RECORDED)
+
+    assert recorded_numbers() == []
+    assert ahead_of_slot(RECORDED) == []  # the copy was read and skipped, the slot moved on
+    assert [r.payload["n"] for r in rows(RECORDED)] == [1]
+
+
+def test_after_a_large_transaction_the_slots_restart_position_follows_on_postgresql_16(
+    logical_outboxes_ready,
+):
+    """Each peek decodes again from the slot's restart position, which moves only past a
+    running-transactions record: the relay writes one (pg_log_standby_snapshot, PostgreSQL
+    16+) when the slot lags more than RESTART_GAP behind, so the next advance moves it."""
+
+    def restart_gap() -> int:
+        with connections[DB].cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_wal_lsn_diff(confirmed_flush_lsn, restart_lsn)::bigint "
+                "FROM pg_replication_slots WHERE slot_name = %s",
+                [slots.slot_name(RECORDED, using=DB)],
+            )
+            return cursor.fetchone()[0]
+
+    with transaction.atomic(using=DB):
+        for n in range(4000):
+            pgmsg.publish(RECORDED, {"n": n, "pad": "x" * 300}, type="t", key=f"k{n % 10}")
+    relay(RECORDED, batch_size=10_000)
+    assert restart_gap() > logical.RESTART_GAP  # the large transaction is behind the restart
+    pgmsg.publish(RECORDED, {"n": 4000}, type="t")
+    relay(RECORDED)
+
+    assert len(outbox_declarations.RECORDED) == 4001
+    with connections[DB].cursor() as cursor:
+        cursor.execute("SHOW server_version_num")
+        version = int(cursor.fetchone()[0])
+    if version >= 160000:
+        assert restart_gap() < logical.RESTART_GAP

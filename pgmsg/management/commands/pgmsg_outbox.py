@@ -1,4 +1,4 @@
-"""manage.py pgmsg_outbox list|status|replay|discard: operate the outboxes.
+"""manage.py pgmsg_outbox list|status|replay|discard|drop-slot: operate the outboxes.
 
 The verbs are those of pgmsg_deadletters, pgmsg_inbox and pgmsg_subscriptions
 (docs/operations.md); each maps onto pgmsg.outbox.operations.
@@ -10,8 +10,9 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from pgmsg.core import errors
+from pgmsg.core import conf, errors
 from pgmsg.outbox import operations as outbox_ops
+from pgmsg.outbox import slots
 
 
 class Command(BaseCommand):
@@ -22,7 +23,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(
-            dest="action", required=True, metavar="{list,status,replay,discard}"
+            dest="action", required=True, metavar="{list,status,replay,discard,drop-slot}"
         )
         for verb, text in (
             ("list", "show dead messages (all, or those named)"),
@@ -42,9 +43,19 @@ class Command(BaseCommand):
             status.add_argument("--outbox", help="only this outbox")
             status.add_argument("--json", action="store_true", help="JSON instead of text")
 
+        drop = sub.add_parser(
+            "drop-slot",
+            help="drop a logical outbox's replication slot (refused while a relay holds it); "
+            "its unrelayed messages are lost with it",
+        )
+        drop.add_argument("name", help="the outbox (need not be declared any more)")
+        drop.add_argument("--yes", action="store_true", help="drop it: without, only show")
+
     def handle(self, *args, action, **options):
         try:
-            if action in ("status", "health"):
+            if action == "drop-slot":
+                self._drop_slot(**options)
+            elif action in ("status", "health"):
                 self._status(**options)
             else:
                 getattr(self, f"_{action}")(**options)
@@ -92,12 +103,47 @@ class Command(BaseCommand):
         if degraded:
             raise CommandError(f"degraded: {', '.join(degraded)}", returncode=1)
 
+    def _drop_slot(self, name, yes, **options):
+        found = slots.state(name, using=conf.get().DATABASE)
+        if found is None:
+            raise CommandError(f"outbox {name!r} has no replication slot in this database")
+        self.stdout.write(
+            f"slot {found.slot} of outbox {name}: wal_status={found.wal_status} "
+            f"confirmed_flush_lsn={found.confirmed_flush_lsn} lag={found.lag_bytes}B"
+        )
+        if found.lost:
+            self.stdout.write(
+                self.style.WARNING(
+                    "the slot was invalidated: messages of transactions committed after "
+                    f"{found.confirmed_flush_lsn} that the relay had not published are lost; "
+                    "they were only in the removed WAL, so pgmsg cannot list them: find them "
+                    "in your own records"
+                )
+            )
+        elif found.active:
+            raise CommandError(f"a session is reading slot {found.slot} now: try again")
+        else:
+            unrelayed = outbox_ops.unrelayed_messages(name)
+            self.stdout.write(f"{len(unrelayed)} unrelayed message(s) would be lost with it")
+            for e in unrelayed:
+                self.stdout.write(f"{e.message_id}\t{e.type}\tkey={e.key or ''}\t{e.created_at}")
+        if not yes:
+            raise CommandError("nothing dropped: add --yes to drop the slot")
+        outbox_ops.drop_slot(name)
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"dropped slot {found.slot}; the relay creates a new one when it starts, and "
+                "publish() raises ReplicationSlotMissing until then"
+            )
+        )
+
 
 def _slot(h) -> str:
     if h.slot is None:
         return "\tslot=none"
     age = "unknown" if h.slot_age is None else f"{h.slot_age:.1f}s"
-    return f"\tslot_lag={h.slot_lag_bytes}B\tslot_age={age}"
+    lost = "\tslot=LOST" if h.slot_wal_status == "lost" else ""
+    return f"\tslot_lag={h.slot_lag_bytes}B\tslot_age={age}{lost}"
 
 
 def _need_selection(verb: str, ids, outbox) -> None:

@@ -1,0 +1,153 @@
+"""Benchmark: where one notify() call's cost goes, next to a plain INSERT, one producer.
+
+With no worker idle, notify() sends no NOTIFY, so its gap to a plain INSERT is cost per call.
+This splits it: client CPU (this Python process) and server CPU (the backend serving it, from
+/proc) per call, for a ladder of variants from a plain INSERT to pgmsg.notify(), each adding
+one thing. synchronous_commit is off in these sessions so that the figures are CPU, not
+waiting for the WAL flush. With 2 cores and 8 or more producers the machine is CPU-bound, so
+the ratio of these sums is about the ratio of commit rates there.
+
+    python bench/notify_cost.py [--calls 5000] [--reps 3]
+
+Needs the server on this machine (it reads the backends' CPU time from /proc). Uses
+DATABASE_URL's server (or the embedded default) and a scratch database that it drops and
+re-creates; nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import common  # noqa: E402
+
+SCRATCH_DB = "pgmsg_bench_notify_cost"
+
+# Copies of pgmsg_notification with less on them, and the plain table of bench/wakeups.py.
+SCHEMA = """
+CREATE TABLE raw_plain (id bigserial PRIMARY KEY, channel text NOT NULL, payload jsonb NOT NULL);
+CREATE TABLE copy_pkey_only (LIKE pgmsg_notification INCLUDING DEFAULTS INCLUDING IDENTITY);
+ALTER TABLE copy_pkey_only ADD PRIMARY KEY (id);
+CREATE TABLE copy_no_trigger (LIKE pgmsg_notification INCLUDING ALL);
+CREATE TABLE copy_empty_trigger (LIKE pgmsg_notification INCLUDING ALL);
+CREATE FUNCTION copy_empty_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM 1 FROM (SELECT DISTINCT channel FROM new_rows) AS c; RETURN NULL; END $$;
+CREATE TRIGGER copy_empty_trigger AFTER INSERT ON copy_empty_trigger
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION copy_empty_trigger();
+"""
+TABLES = "raw_plain, copy_pkey_only, copy_no_trigger, copy_empty_trigger, pgmsg_notification"
+
+
+def backend_cpu(pid: int) -> float:
+    """Seconds of CPU the server process ``pid`` has used (user + system)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+
+    url = common.scratch_url(SCRATCH_DB)
+    common.django_setup(url, "bench.settings")
+    from django.db import connection
+
+    import pgmsg
+    from bench.benchapp.listeners import Tick
+
+    raw = psycopg.connect(url, autocommit=True)
+    raw.execute(SCHEMA)
+    raw.execute("SET synchronous_commit = off")
+    raw_pid = raw.info.backend_pid
+    with connection.cursor() as cursor:
+        cursor.execute("SET synchronous_commit = off")
+    django_pid = connection.connection.info.backend_pid
+    server = raw.execute("SHOW server_version").fetchone()[0]
+
+    payload = json.dumps({"seq": 0, "ts": 0.0})
+    params = {"channel": "bench.tick", "payload": payload}
+
+    def insert(table: str) -> str:
+        return (
+            f"INSERT INTO {table} (channel, payload) VALUES (%(channel)s, %(payload)s::jsonb) "
+            "RETURNING id"
+        )
+
+    def django_insert() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(insert("pgmsg_notification"), params)
+
+    ladder = [
+        (
+            "plain INSERT, 1 index (bench/wakeups.py's ceiling)",
+            raw_pid,
+            lambda: raw.execute(
+                "INSERT INTO raw_plain (channel, payload) VALUES ('bench.tick', %s)", [payload]
+            ),
+        ),
+        (
+            "+ pgmsg_notification's columns, RETURNING id",
+            raw_pid,
+            lambda: raw.execute(insert("copy_pkey_only"), params).fetchone(),
+        ),
+        (
+            "+ its two other indexes",
+            raw_pid,
+            lambda: raw.execute(insert("copy_no_trigger"), params).fetchone(),
+        ),
+        (
+            "+ a transition-table trigger that does nothing",
+            raw_pid,
+            lambda: raw.execute(insert("copy_empty_trigger"), params).fetchone(),
+        ),
+        (
+            "+ pgmsg's wake trigger instead (the table as shipped)",
+            raw_pid,
+            lambda: raw.execute(insert("pgmsg_notification"), params).fetchone(),
+        ),
+        ("+ sent through Django's cursor", django_pid, django_insert),
+        ("pgmsg.notify()", django_pid, lambda: pgmsg.notify(Tick(seq=1))),
+    ]
+    results: dict[str, list[tuple[float, float]]] = {}
+    for _ in range(args.reps):
+        for label, pid, call in ladder:
+            raw.execute(f"TRUNCATE {TABLES}")
+            for _ in range(200):  # warm up (psycopg prepares a statement on its 5th use)
+                call()
+            client, backend = time.process_time(), backend_cpu(pid)
+            for _ in range(args.calls):
+                call()
+            client = (time.process_time() - client) / args.calls * 1e6
+            backend = (backend_cpu(pid) - backend) / args.calls * 1e6
+            results.setdefault(label, []).append((client, backend))
+
+    print(
+        f"notify() cost per call, one producer, no worker: PostgreSQL {server}, "
+        f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M %Z')}, load average "
+        f"{os.getloadavg()[0]:.1f}; {args.calls} calls x {args.reps} reps, lowest shown"
+    )
+    print(f"\n{'variant':<56} {'client us':>9} {'server us':>9} {'sum':>6} {'vs plain':>8}")
+    plain = None
+    for label, runs in results.items():
+        client = min(c for c, _ in runs)
+        backend = min(b for _, b in runs)
+        plain = plain or client + backend
+        print(
+            f"{label:<56} {client:>9.1f} {backend:>9.1f} {client + backend:>6.1f} "
+            f"{plain / (client + backend):>8.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
