@@ -54,6 +54,10 @@ class Settings:
     #: ARCHIVE_PATH (empty: the command needs --output).
     ARCHIVE_PATH: str = ""
     ARCHIVE_AFTER: float = 365 * 24 * 3600.0
+    #: Seconds between periodic archive runs: workers serving subscriptions start
+    #: pgmsg_archive (with ARCHIVE_PATH and ARCHIVE_AFTER) in a child process when a partition
+    #: is due, one run at a time in the cluster. Unset (0): no periodic runs (use cron).
+    ARCHIVE_INTERVAL: float = 0.0
     #: Inbox retention, in seconds: processed messages are deleted this long after processing
     #: (their ids stop deduplicating then), dead and discarded ones after INBOX_DEAD_RETENTION.
     INBOX_RETENTION: float = 72 * 3600.0

@@ -91,6 +91,10 @@ class ArchiveError(ExportError):
     """An archive run that stopped before dropping a partition; that partition is intact."""
 
 
+class ArchiveRunning(ArchiveError):
+    """Another archive run holds the cluster's archive lock; this one did nothing."""
+
+
 class ArchivedEvents(PgmsgError, LookupError):
     """A read of stream events that were archived to Parquet and dropped from PostgreSQL; the
     message names the archive(s). Read them there, or load from a later snapshot."""

@@ -129,22 +129,25 @@ def _operate(statement: str, name: str, partitions: Iterable[int] | None, **para
 def reset(
     name: str,
     *,
-    to: int | Literal["beginning", "end"] = "beginning",
+    to: int | Literal["beginning", "end", "archive"] = "beginning",
     partitions: Iterable[int] | None = None,
 ) -> int:
     """Move a subscription's partitions (default: all) to a point and make them active again:
-    ``"beginning"`` (replay everything), ``"end"`` (pass over everything stored now), or a
-    position (handle what is read after the event at that position). Waits for workers that
-    hold a partition to commit. Returns the number of partitions moved."""
+    ``"beginning"`` (replay everything), ``"end"`` (pass over everything stored now),
+    ``"archive"`` (just after the last archived event: pass over what pgmsg_archive dropped),
+    or a position (handle what is read after the event at that position). Waits for workers
+    that hold a partition to commit. Returns the number of partitions moved."""
     if to == "beginning":
         point = events.START
+    elif to == "archive":
+        point = _archive_end()
     elif to == "end":
         point = _horizon_checkpoint()
     elif isinstance(to, int) and not isinstance(to, bool) and to >= 0:
         point = reads.checkpoint_of(to) if to else events.START
     else:
         raise errors.ConfigurationError(
-            f"reset {name!r}: 'to' must be 'beginning', 'end' or a position, got {to!r}"
+            f"reset {name!r}: 'to' must be 'beginning', 'end', 'archive' or a position, got {to!r}"
         )
     return _operate(
         "reset",
@@ -153,6 +156,15 @@ def reset(
         xid=point.transaction_id,
         position=point.position,
     )
+
+
+def _archive_end() -> events.Checkpoint:
+    with connections[conf.get().DATABASE].cursor() as cursor:
+        cursor.execute(QUERIES["archive_end"])
+        row = cursor.fetchone()
+    if row is None:
+        raise errors.ConfigurationError("reset --to archive: no event partition was archived")
+    return events.Checkpoint(row[0], row[1])
 
 
 def _horizon_checkpoint() -> events.Checkpoint:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 
 from django.db import connections, transaction
 
@@ -19,6 +20,9 @@ from pgmsg.events.subscriptions import (
     ensure_partitions,
     registry,
 )
+from pgmsg.export import periodic
+
+logger = logging.getLogger(__name__)
 
 #: pgmsg_claim.kind of events, named there by claims.number_keys(subscription, positions).
 CLAIM_KIND = "event"
@@ -45,6 +49,8 @@ class SubscriptionSource:
         # the look for idle partitions (two round trips) and goes to the partitions at once.
         self._busy = False
         self._maintenance = store_partitions.Maintenance()
+        #: Periodic archive runs (PGMSG ARCHIVE_INTERVAL), started by the worker's first source.
+        self.archive = periodic.PeriodicArchive()
         # The event trigger wakes "events:<category>" with "events" as its scope, so a
         # subscription to every category declares itself idle for "events".
         category = sub.category
@@ -68,6 +74,7 @@ class SubscriptionSource:
         # subscription source (docs/storage.md).
         if self is next(s for s in worker.sources if isinstance(s, SubscriptionSource)):
             self._maintenance.maybe_run()
+            self.archive.maybe_start()
         with connections[db].cursor() as cursor:
             if not self._ready:
                 with transaction.atomic(using=db):
@@ -101,7 +108,8 @@ class SubscriptionSource:
         # One cheap look for the whole subscription before a transaction per partition:
         # when nothing it handles lies between its lowest checkpoint and the horizon,
         # every partition may move to the horizon at once.
-        if reads.read_ordered(
+        # Archived events after a checkpoint: process it, to stop there (_stop_at_archive).
+        if any(row[3] for row in rows) or reads.read_ordered(
             cursor,
             after=lowest,
             xmin=xmin,
@@ -140,9 +148,12 @@ class SubscriptionSource:
             rows = self._lock_and_read(cursor, partition, xmin, worker.batch_size)
             if not rows:
                 return 0  # another worker holds it, or it is stopped or backing off
-            id_, checkpoint_xid, checkpoint_position, attempts, xid = rows[0][:5]
+            id_, checkpoint_xid, checkpoint_position, attempts, xid, archived = rows[0][:6]
             start = Checkpoint(checkpoint_xid, checkpoint_position)
-            read = RecordedEvent.from_rows(row[5:] for row in rows if row[5] is not None)
+            if archived is not None:
+                self._stop_at_archive(cursor, id_, partition, start, archived)
+                return 0
+            read = RecordedEvent.from_rows(row[6:] for row in rows if row[6] is not None)
             # Only the first event read is the one that failed before (if one did).
             first = read[0] if read else None
             complete = len(read) < worker.batch_size  # every event up to the horizon was read
@@ -226,6 +237,34 @@ class SubscriptionSource:
         worker.handled += handled
         # A batch cut short at a suspect: come back at once for what follows it.
         return worker.batch_size if run is not read else len(read)
+
+    def _stop_at_archive(
+        self, cursor, id_: int, partition: int, start: Checkpoint, archived: str
+    ) -> None:
+        """Events after the checkpoint were archived and dropped (pgmsg_archive --force):
+        stop the partition with an error that says where they are, instead of passing over
+        them unseen."""
+        error = (
+            f"events after this partition's checkpoint were archived: {archived}. Replay them "
+            f"from there if the subscription needs them, then move past the archive with "
+            f"`manage.py pgmsg_subscriptions reset {self.sub.name} --to archive`"
+        )
+        logger.error(
+            "pgmsg: subscription %s partition %s stopped: %s", self.sub.name, partition, error
+        )
+        cursor.execute(
+            QUERIES["fail"],
+            {
+                "id": id_,
+                "xid": start.transaction_id,
+                "position": start.position,
+                "handled": 0,
+                "error": error,
+                "failed_position": None,
+                "stop": True,
+                "delay": 0,
+            },
+        )
 
     def _lock_and_read(self, cursor, partition: int, xmin: int, limit: int) -> list[tuple]:
         """Hold the partition and read its next events, in one statement (lock_and_read). No

@@ -31,11 +31,18 @@ CREATE INDEX IF NOT EXISTS {name} ON pgmsg_event
     ({leading}abs(mod(hashtextextended({key}, 0), {partitions})), transaction_id, position);
 
 -- name: due_partitions
--- Partitions worth a look, with their checkpoints (no lock here: lock_partition decides).
-SELECT partition, checkpoint_transaction, checkpoint_position FROM pgmsg_subscription_partition
-WHERE subscription = %(subscription)s AND partition = ANY(%(partitions)s::int[])
-  AND status = 'active' AND next_attempt_at <= now()
-ORDER BY partition;
+-- Partitions worth a look, with their checkpoints (no lock here: lock_partition decides), and
+-- whether archived events lie after the checkpoint (pgmsg_archive --force): such a partition
+-- is due even with nothing to read, to be stopped there.
+SELECT p.partition, p.checkpoint_transaction, p.checkpoint_position,
+       EXISTS (SELECT FROM pgmsg_archive AS a
+               WHERE a.status = 'archived' AND a.end_transaction_id IS NOT NULL
+                 AND (a.end_transaction_id, a.end_position)
+                     > (p.checkpoint_transaction, p.checkpoint_position))
+FROM pgmsg_subscription_partition AS p
+WHERE p.subscription = %(subscription)s AND p.partition = ANY(%(partitions)s::int[])
+  AND p.status = 'active' AND p.next_attempt_at <= now()
+ORDER BY p.partition;
 
 -- name: lock_and_read
 -- Hold one partition for this transaction and read its next events, in one statement (one
@@ -45,16 +52,25 @@ ORDER BY partition;
 -- %(limit)s of its events after the checkpoint the lock returns (the latest committed one),
 -- below the horizon %(xmin)s read by an earlier statement. The event columns are those of
 -- read_ordered, NULL when nothing is to be read; the filters are read_ordered's, written the
--- same way so that the partition's index (create_partition_index) serves the read.
+-- same way so that the partition's index (create_partition_index) serves the read. Sixth
+-- column: the first archive (pgmsg_archive --force) holding events after the checkpoint, as
+-- "partition (archived to path)", NULL when none: such a partition must stop there rather
+-- than pass over them.
 WITH held AS (
-    SELECT id, checkpoint_transaction, checkpoint_position, attempts,
+    SELECT p.id, p.checkpoint_transaction, p.checkpoint_position, p.attempts,
            pg_current_xact_id()::text::bigint AS xid
-    FROM pgmsg_subscription_partition
-    WHERE subscription = %(subscription)s AND partition = %(partition)s
-      AND status = 'active' AND next_attempt_at <= now()
+    FROM pgmsg_subscription_partition AS p
+    WHERE p.subscription = %(subscription)s AND p.partition = %(partition)s
+      AND p.status = 'active' AND p.next_attempt_at <= now()
     FOR UPDATE SKIP LOCKED
 )
 SELECT held.id, held.checkpoint_transaction, held.checkpoint_position, held.attempts, held.xid,
+       (SELECT a.partition || ' (archived to ' || a.path || ')' FROM pgmsg_archive AS a
+        WHERE a.status = 'archived' AND a.end_transaction_id IS NOT NULL
+          AND (a.end_transaction_id, a.end_position)
+              > (held.checkpoint_transaction, held.checkpoint_position)
+        ORDER BY a.lower
+        LIMIT 1) AS archived,
        e.*
 FROM held LEFT JOIN LATERAL (
     SELECT position, transaction_id::text AS xid, stream_name, version, type, data::text,
@@ -77,20 +93,32 @@ FROM held LEFT JOIN LATERAL (
 ) AS e ON true
 ORDER BY e.xid::xid8, e.position;
 
+-- name: archive_end
+-- The read-order key of the last archived event (reset --to archive moves past it).
+SELECT end_transaction_id, end_position FROM pgmsg_archive
+WHERE status = 'archived' AND end_transaction_id IS NOT NULL
+ORDER BY end_transaction_id DESC, end_position DESC
+LIMIT 1;
+
 -- name: advance_idle
 -- Nothing to handle between the lowest checkpoint and the horizon: move the idle partitions
 -- (not held by a worker, not failing, not reset below that checkpoint meanwhile) to the
--- horizon, so that later reads start there.
+-- horizon, so that later reads start there. Never past archived events (they were not read:
+-- they are gone), which lock_partition stops at instead.
 UPDATE pgmsg_subscription_partition
 SET checkpoint_transaction = %(xid)s, checkpoint_position = 0
 WHERE id IN (
-    SELECT id FROM pgmsg_subscription_partition
-    WHERE subscription = %(subscription)s AND partition = ANY(%(partitions)s::int[])
-      AND status = 'active' AND attempts = 0
-      AND (checkpoint_transaction, checkpoint_position) < (%(xid)s::bigint, 0)
-      AND (checkpoint_transaction, checkpoint_position)
+    SELECT p.id FROM pgmsg_subscription_partition AS p
+    WHERE p.subscription = %(subscription)s AND p.partition = ANY(%(partitions)s::int[])
+      AND p.status = 'active' AND p.attempts = 0
+      AND (p.checkpoint_transaction, p.checkpoint_position) < (%(xid)s::bigint, 0)
+      AND (p.checkpoint_transaction, p.checkpoint_position)
           >= (%(low_xid)s::bigint, %(low_position)s::bigint)
-    FOR UPDATE SKIP LOCKED
+      AND NOT EXISTS (SELECT FROM pgmsg_archive AS a
+                      WHERE a.status = 'archived' AND a.end_transaction_id IS NOT NULL
+                        AND (a.end_transaction_id, a.end_position)
+                            > (p.checkpoint_transaction, p.checkpoint_position))
+    FOR UPDATE OF p SKIP LOCKED
 );
 
 -- name: advance

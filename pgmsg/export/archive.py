@@ -9,10 +9,11 @@ count taken under the partition's lock.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.db import connections, transaction
@@ -53,10 +54,16 @@ def archive(
     master: str | None = None,
     spark: Any = None,
     echo: Callable[[str], None] | None = None,
+    force: bool = False,
 ) -> list[Archived]:
     """Archive every event partition that ends at or before ``before`` under ``output_path``
     (one Parquet dataset per partition, named after it). Raises ArchiveError at the first
-    partition that cannot be archived; those archived before it stay archived."""
+    partition that cannot be archived; those archived before it stay archived.
+
+    A partition holding events that a subscription has not passed yet (its checkpoint is
+    before the partition's last event) is not archived: ArchiveError names the subscription.
+    ``force`` archives it anyway; that subscription then stops at the archived range instead
+    of passing over it (pgmsg/events/subscription_source.py, docs/storage.md)."""
     echo = echo or logger.info
     if timezone.is_naive(before):
         raise errors.ArchiveError(f"archive: --before needs a time zone, got {before!r}")
@@ -69,20 +76,52 @@ def archive(
     if not todo:
         echo(f"nothing to archive: no event partition ends at or before {before.isoformat()}")
         return []
-    master = master or conf.get().EXPORT_SPARK_MASTER
-    if spark is None:
-        session.check(master)
-        spark = session.start_spark(master, name="pgmsg archive")
-    return [_archive_one(p, output_path, spark=spark, echo=echo) for p in todo]
+    with _exclusive():
+        # Every partition's subscriptions are checked before Spark starts (and each again
+        # before its drop): a refused run costs no Spark session.
+        with connections[conf.get().DATABASE].cursor() as cursor:
+            for partition in todo:
+                _check_subscriptions(cursor, partition.name, force=force, echo=lambda _: None)
+        master = master or conf.get().EXPORT_SPARK_MASTER
+        if spark is None:
+            session.check(master)
+            spark = session.start_spark(master, name="pgmsg archive")
+        return [
+            _archive_one(p, output_path, spark=spark, echo=echo, force=force)
+            for p in due(before)  # again: a run that just ended may have taken some
+        ]
+
+
+@contextlib.contextmanager
+def _exclusive() -> Iterator[None]:
+    """Hold the cluster's archive lock, or raise ArchiveRunning."""
+    with connections[conf.get().DATABASE].cursor() as cursor:
+        cursor.execute(QUERIES["try_lock"])
+        if not cursor.fetchone()[0]:
+            raise errors.ArchiveRunning(
+                "archive: another pgmsg_archive run holds the archive lock; nothing was done"
+            )
+    try:
+        yield
+    finally:
+        with connections[conf.get().DATABASE].cursor() as cursor:
+            cursor.execute(QUERIES["unlock"])
 
 
 def _archive_one(
-    partition: partitions.Partition, output_path: str, *, spark: Any, echo: Callable[[str], None]
+    partition: partitions.Partition,
+    output_path: str,
+    *,
+    spark: Any,
+    echo: Callable[[str], None],
+    force: bool,
 ) -> Archived:
     from pgmsg.models import Archive
 
     path = output.join(output_path, partition.name)
     database = conf.get().DATABASE
+    with connections[database].cursor() as cursor:
+        _check_subscriptions(cursor, partition.name, force=force, echo=echo)
     Archive.objects.using(database).update_or_create(
         partition=partition.name,
         defaults={
@@ -118,6 +157,8 @@ def _archive_one(
                 f"archive: {partition.name} holds {rows} row(s) but {path} has {exported}: "
                 "nothing was dropped; run pgmsg_archive again"
             )
+        # Checked again under the lock: a subscription may have been reset meanwhile.
+        end = _check_subscriptions(cursor, partition.name, force=force, echo=lambda _: None)
         cursor.execute(_compose("forget_keys", partition.name))
         partitions.drop(cursor, partition.name)
         cursor.execute(QUERIES["forget_dataset_watermark"], {"name": spec.name})
@@ -126,11 +167,42 @@ def _archive_one(
             rows=rows,
             first_position=first,
             last_position=last,
+            end_transaction_id=end[0] if end else None,
+            end_position=end[1] if end else None,
             archived_at=timezone.now(),
         )
     done = Archived(partition.name, path, rows)
     echo(done.describe())
     return done
+
+
+def _check_subscriptions(
+    cursor, name: str, *, force: bool, echo: Callable[[str], None]
+) -> tuple[int, int] | None:
+    """Refuse (ArchiveError) to archive partition ``name`` while a subscription has not passed
+    its last event, unless ``force``; returns that event's (transaction id, position), None
+    for an empty partition."""
+    cursor.execute(_compose("partition_end", name))
+    end = cursor.fetchone()
+    if end is None:
+        return None
+    cursor.execute(QUERIES["subscriptions_behind"], {"xid": end[0], "position": end[1]})
+    behind = cursor.fetchall()
+    if not behind:
+        return end
+    names = ", ".join(f"{sub!r} ({count} partition(s) behind)" for sub, count in behind)
+    if not force:
+        raise errors.ArchiveError(
+            f"archive: {name} holds events up to position {end[1]} that subscription(s) "
+            f"{names} have not handled yet: nothing was archived from it. Let them catch up "
+            "(or reset or remove them), or give --force: they then stop at the archived range "
+            "(docs/storage.md)"
+        )
+    echo(
+        f"--force: archiving {name} although subscription(s) {names} have not passed it; "
+        "they stop at the archived range"
+    )
+    return end
 
 
 def _compose(statement: str, partition: str) -> pgsql.Composed:

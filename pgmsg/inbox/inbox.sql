@@ -9,15 +9,22 @@ RETURNING id;
 
 -- name: receive_many
 -- Store many messages in one statement; duplicates (stored before, or twice in this batch)
--- are skipped. Returns the message ids that were stored, with their row ids. Rows go in in
--- message id order: two batches that share ids, inserted concurrently in different orders,
--- would each wait on the other's first-receipt lock (a deadlock); in one order, one waits.
-INSERT INTO pgmsg_inbox_message (inbox, message_id, type, payload, source, aggregate_id, trace_id)
-SELECT %(inbox)s, m.message_id, m.type, m.payload::jsonb, m.source, m.aggregate_id, m.trace_id
-FROM unnest(%(message_ids)s::text[], %(types)s::text[], %(payloads)s::text[],
-            %(sources)s::text[], %(aggregate_ids)s::text[], %(trace_ids)s::text[])
-     WITH ORDINALITY AS m(message_id, type, payload, source, aggregate_id, trace_id, n)
-ORDER BY m.message_id, m.n
+-- are skipped. Returns the message ids that were stored, with their row ids. Row ids follow
+-- the batch's order (an ordered inbox handles an aggregate's messages in id order); rows go
+-- in in the order of their first-receipt lock (a bucket of 1,024, the expression of the
+-- trigger pgmsg_inbox_first_receipt in pgmsg/models/inbox.py), then message id: two batches
+-- whose ids share buckets, inserted concurrently in different orders, would each wait on the
+-- other's lock (a deadlock); in one order, one waits.
+INSERT INTO pgmsg_inbox_message
+    (id, inbox, message_id, type, payload, source, aggregate_id, trace_id)
+SELECT m.id, %(inbox)s, m.message_id, m.type, m.payload::jsonb, m.source, m.aggregate_id,
+       m.trace_id
+FROM (SELECT nextval('pgmsg_inbox_message_id_seq') AS id, u.*
+      FROM unnest(%(message_ids)s::text[], %(types)s::text[], %(payloads)s::text[],
+                  %(sources)s::text[], %(aggregate_ids)s::text[], %(trace_ids)s::text[])
+           WITH ORDINALITY AS u(message_id, type, payload, source, aggregate_id, trace_id, n)
+      ORDER BY u.n) AS m
+ORDER BY hashtext(%(inbox)s || ':' || m.message_id) & 1023, m.message_id, m.n
 RETURNING message_id, id;
 
 -- name: claim_unordered

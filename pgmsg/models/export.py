@@ -51,6 +51,10 @@ class Archive(models.Model):
     #: The range of the event positions it held.
     first_position = models.BigIntegerField(null=True, blank=True)
     last_position = models.BigIntegerField(null=True, blank=True)
+    #: Its last event in the read order (transaction id, position): a subscription whose
+    #: checkpoint is before it has not passed every archived event (docs/storage.md).
+    end_transaction_id = models.BigIntegerField(null=True, blank=True)
+    end_position = models.BigIntegerField(null=True, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.EXPORTING)
     started_at = models.DateTimeField(auto_now_add=True)
     archived_at = models.DateTimeField(null=True, blank=True)

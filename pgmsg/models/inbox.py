@@ -89,6 +89,13 @@ class InboxMessage(models.Model):
                 condition=models.Q(status="processed"),
                 name="pgmsg_inbox_processed",
             ),
+            # Retention: the few dead and discarded rows, checked one by one for whether they
+            # must stay, without a scan of the processed ones (pgmsg/inbox/retention.sql).
+            models.Index(
+                fields=["inbox", "id"],
+                condition=models.Q(status__in=["dead", "discarded"]),
+                name="pgmsg_inbox_failed",
+            ),
         ]
         permissions = [
             ("replay_inboxmessage", "Can replay dead or retrying inbox messages"),
@@ -98,7 +105,11 @@ class InboxMessage(models.Model):
             # Idempotency across partitions: a message id the inbox already holds is skipped
             # (the insert returns no row), whichever partition holds the first copy. The
             # advisory lock makes a concurrent receipt of the same id wait for the first one's
-            # commit, then see it (READ COMMITTED takes a new snapshot per statement); under
+            # commit, then see it (READ COMMITTED takes a new snapshot per statement). It locks
+            # one of 1,024 buckets of the ids, not the id: a transaction then holds at most
+            # 1,024 locks however many ids it receives (PostgreSQL's lock table holds about
+            # 64 per connection), at the cost of two receipts of different ids waiting for
+            # each other now and then (inbox.sql receive_many takes buckets in order); under
             # REPEATABLE READ the wait could not see it, so that level is refused. Rows moved
             # between partitions keep their id and are let through.
             pgtrigger.Trigger(
@@ -112,8 +123,8 @@ class InboxMessage(models.Model):
                     "or SERIALIZABLE transaction (REPEATABLE READ cannot see a concurrent "
                     "first copy)', NEW.inbox, NEW.message_id "
                     "USING ERRCODE = 'feature_not_supported'; END IF; "
-                    "PERFORM pg_advisory_xact_lock(hashtext('pgmsg.inbox.key:' || NEW.inbox), "
-                    "hashtext(NEW.message_id)); "
+                    "PERFORM pg_advisory_xact_lock(hashtext('pgmsg.inbox.key'), "
+                    "hashtext(NEW.inbox || ':' || NEW.message_id) & 1023); "
                     "IF EXISTS (SELECT FROM pgmsg_inbox_message WHERE inbox = NEW.inbox "
                     "AND message_id = NEW.message_id AND id IS DISTINCT FROM NEW.id) THEN "
                     "RETURN NULL; END IF; RETURN NEW;"

@@ -8,18 +8,23 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
+import psycopg
 import pytest
 from django.db import connection, transaction
 
 import pgmsg
 from pgmsg.core import errors, partitions
-from pgmsg.events import store
+from pgmsg.core.worker import Worker
+from pgmsg.events import store, subscription_operations, subscriptions
 from pgmsg.export import archive
-from pgmsg.models import Archive, EventKey, StoredEvent
+from pgmsg.models import Archive, EventKey, StoredEvent, SubscriptionPartition
 from pgmsg_dev.devdb import database_url
 from pgmsg_tests.conftest import ROOT, wait_for
 from pgmsg_tests.export.helpers import read_dataset, settle
+from pgmsg_tests.testapp.events_handlers import audit
+from pgmsg_tests.testapp.models import Effect
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.spark]
 
@@ -210,3 +215,109 @@ def test_the_incremental_export_reads_events_from_every_partition(spark, tmp_pat
     export.export_tables(str(tmp_path), spark=spark, tables=["events"])
     assert len({n for n in _partition_names()} & {spread["oldest"][0], spread["older"][0]}) == 2
     assert _parquet_rows(tmp_path / "events") == _all_rows()
+
+
+def _drain_audit() -> None:
+    Worker(subscriptions=[audit.name], until_idle=True, install_signal_handlers=False).run()
+
+
+def test_a_subscription_that_has_not_passed_a_partition_stops_the_archive(spark, tmp_path):
+    spread = _events_spread_over_months()
+    with transaction.atomic(), connection.cursor() as cursor:
+        subscriptions.ensure_partitions(audit, cursor)  # at the beginning: behind every event
+    rows = _all_rows()
+    with pytest.raises(errors.ArchiveError, match=r"subscription\(s\) 'test-audit' \(1 partition"):
+        archive.archive(spread["before"], str(tmp_path), spark=spark)
+    assert _all_rows() == rows
+    assert {spread["oldest"][0], spread["older"][0]} <= _partition_names()
+    assert not Archive.objects.exists()
+
+
+def test_a_subscription_behind_a_forced_archive_stops_there_instead_of_skipping(spark, tmp_path):
+    # As a store that ran for months: old events in earlier transactions than newer ones.
+    oldest, older = _month(-3), _month(-2)
+    store.append("old-1", [Noted(n=i) for i in range(3)])
+    _stores("old-1", range(1, 4), oldest[1])
+    store.append("old-2", [Noted(n=i) for i in range(2)])
+    _stores("old-2", range(1, 3), older[1])
+    store.append("new-1", [Noted(n=i) for i in range(4)])
+    spread = {"oldest": oldest, "older": older, "before": older[2]}
+    with transaction.atomic(), connection.cursor() as cursor:
+        subscriptions.ensure_partitions(audit, cursor)
+    kept = sorted(
+        StoredEvent.objects.filter(stream_name="new-1").values_list("position", flat=True)
+    )
+    done = archive.archive(spread["before"], str(tmp_path), spark=spark, force=True)
+    assert [d.partition for d in done] == [oldest[0], older[0]]
+
+    _drain_audit()
+    row = SubscriptionPartition.objects.get(subscription=audit.name)
+    assert row.status == "stopped"
+    assert spread["oldest"][0] in row.last_error and str(tmp_path) in row.last_error
+    assert "reset test-audit --to archive" in row.last_error
+    assert not Effect.objects.filter(channel="sub.audit").exists()  # nothing passed over
+
+    # The operator moves it past the archive: it handles the events still in PostgreSQL.
+    assert subscription_operations.reset(audit.name, to="archive") == 1
+    wait_for(
+        lambda: (
+            _drain_audit(),
+            Effect.objects.filter(channel="sub.audit").count() >= len(kept),
+        )[1],
+        message="the subscription handles the events after the archive",
+        timeout=180,
+    )
+    handled = sorted(e.data["position"] for e in Effect.objects.filter(channel="sub.audit"))
+    assert handled == kept
+
+
+def test_an_archive_run_waits_for_no_other_it_refuses_while_one_holds_the_lock():
+    spread = _events_spread_over_months()
+    with psycopg.connect(database_url(connection.settings_dict), autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(1885826372, 0)")  # another run's lock
+        with pytest.raises(errors.ArchiveRunning, match="another pgmsg_archive run"):
+            archive.archive(spread["before"], "/nonexistent")
+    assert {spread["oldest"][0], spread["older"][0]} <= _partition_names()
+
+
+def test_workers_archive_periodically_in_a_child_process(settings, monkeypatch, tmp_path):
+    """PGMSG ARCHIVE_INTERVAL: a worker serving subscriptions starts pgmsg_archive in a child
+    process once its subscriptions have passed the due partitions."""
+    spread = _events_spread_over_months()
+    everything = _all_rows()
+    # The child is started with the worker's environment: point it at the test database.
+    monkeypatch.setenv("DATABASE_URL", database_url(connection.settings_dict))
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "pgmsg_tests.settings")
+    monkeypatch.setenv("SPARK_LOCAL_IP", "127.0.0.1")
+    after = (dt.datetime.now(dt.UTC) - spread["before"]).total_seconds()
+    settings.PGMSG = {
+        **settings.PGMSG,
+        "ARCHIVE_INTERVAL": 0.5,
+        "ARCHIVE_PATH": str(tmp_path),
+        "ARCHIVE_AFTER": after,
+        "EXPORT_SPARK_MASTER": "local[1]",
+    }
+    worker = Worker(subscriptions=[audit.name], install_signal_handlers=False)
+    thread = threading.Thread(target=lambda: (worker.run(), connection.close()))
+    thread.start()
+    try:
+        wait_for(
+            lambda: Archive.objects.filter(status="archived").count() == 2,
+            timeout=300,
+            interval=0.5,
+            message="a periodic archive run archives both due partitions",
+        )
+    finally:
+        worker.stop()
+        thread.join(timeout=60)
+        child = worker.sources[0].archive.child
+        if child is not None:
+            child.wait(timeout=120)  # it finishes its run after the worker stopped
+    assert {spread["oldest"][0], spread["older"][0]}.isdisjoint(_partition_names())
+    in_parquet = _parquet_rows(tmp_path / spread["oldest"][0]) | _parquet_rows(
+        tmp_path / spread["older"][0]
+    )
+    assert in_parquet | _all_rows() == everything
+    assert not in_parquet & _all_rows()
+    # The subscription handled every event before its partition went.
+    assert Effect.objects.filter(channel="sub.audit").count() == len(everything)

@@ -220,3 +220,96 @@ def test_a_running_worker_keeps_serving_while_partitions_are_made_and_dropped(wo
     )
     with connection.cursor() as cursor:
         assert old_name not in {p.name for p in partitions.partitions(cursor, TABLE)}
+
+
+def test_a_row_whose_status_changes_while_retention_waits_for_the_partition_stays(monkeypatch):
+    """A dead row is replayed (back to pending) in a transaction that retention must wait for:
+    retention decides what to keep only once it holds the partition, so the row stays."""
+    name, start, _ = _week(-2)
+    _settled_rows(30, start + dt.timedelta(days=1), "gone-")
+    _settled_rows(1, start + dt.timedelta(days=1), "replayed-")
+    InboxMessage.objects.filter(message_id="replayed-1").update(
+        status="dead", processed_at=None, last_failed_at=start + dt.timedelta(days=1)
+    )
+    # Give the waiting retention all the time the test needs (the default gives up after 2 s).
+    monkeypatch.setitem(partitions.QUERIES, "lock_timeout", "SET LOCAL lock_timeout = '120s'")
+    result = {}
+
+    def retain():
+        try:
+            result["removed"] = inbox_ops.purge()
+        finally:
+            connection.close()
+
+    with psycopg.connect(database_url(connection.settings_dict)) as replay:
+        replay.execute(f"UPDATE {TABLE} SET status = 'pending' WHERE message_id = 'replayed-1'")
+        worker = threading.Thread(target=retain)
+        worker.start()
+        wait_for(
+            lambda: (
+                replay.execute(
+                    "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = %s::regclass",
+                    [name],
+                ).fetchone()[0]
+                == 1
+            ),
+            message="retention waits for the partition",
+        )
+        replay.commit()
+        worker.join(timeout=120)
+    assert result["removed"] == {"processed": 30, "dead": 0}
+    assert InboxMessage.objects.get(message_id="replayed-1").status == "pending"
+    assert _partition_of("replayed-1") == [name]
+
+
+def _advisory_locks_held() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() "
+            "AND classid = (hashtext('pgmsg.inbox.key')::bigint & 4294967295)::oid"
+        )
+        return cursor.fetchone()[0]
+
+
+def test_one_transaction_receives_50000_new_ids():
+    """Each receipt locks one of 1,024 buckets of the ids, not the id: the transaction's locks
+    stay bounded (one lock per id ran out of shared memory past about 5,000 ids)."""
+    messages = [{"message_id": f"bulk-{n}", "type": "work", "payload": {}} for n in range(50_000)]
+    with transaction.atomic():
+        received = pgmsg.receive_many("test.inbox", messages)
+        for n in range(50):
+            pgmsg.receive("test.inbox", f"single-{n}", type="work", payload={})
+        assert 0 < _advisory_locks_held() <= 1024
+    assert all(r.stored for r in received)
+    assert InboxMessage.objects.filter(message_id__startswith="bulk-").count() == 50_000
+    again = pgmsg.receive_many("test.inbox", messages[:10] + [messages[-1]])
+    assert not any(r.stored for r in again)
+
+
+def test_concurrent_batches_that_share_ids_store_each_id_once():
+    """Two transactions receive overlapping batches, in opposite orders, at the same time: no
+    deadlock (buckets are taken in order), and each shared id is stored by exactly one."""
+    ids = [f"shared-{n}" for n in range(3_000)]
+    batches = [ids[:2_000], list(reversed(ids[1_000:]))]
+    start = threading.Barrier(2)
+    results: dict[int, list] = {}
+
+    def receive(i: int) -> None:
+        try:
+            start.wait()
+            with transaction.atomic():
+                results[i] = pgmsg.receive_many(
+                    "test.inbox",
+                    [{"message_id": m, "type": "work", "payload": {}} for m in batches[i]],
+                )
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=receive, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    stored = [r.message_id for i in (0, 1) for r in results[i] if r.stored]
+    assert sorted(stored) == sorted(ids)
+    assert InboxMessage.objects.filter(message_id__startswith="shared-").count() == 3_000

@@ -142,3 +142,16 @@ def test_sql_producers_insert_with_on_conflict_and_the_trigger_notifies():
     drain()
     assert effects() == {"sql-1": 1}
     assert status_of("sql-1").processed_at is not None
+
+
+def test_a_batch_gets_row_ids_in_its_own_order():
+    """An ordered inbox handles an aggregate's messages in row id order: the batch's order,
+    not that of the message ids (nor of the locks the rows are inserted in)."""
+    batch = [f"step-{n}" for n in (3, 1, 4, 10, 5, 9, 2, 6)]
+    received = pgmsg.receive_many(
+        "test.ordered",
+        [{"message_id": m, "type": "step", "aggregate_id": "A", "payload": {}} for m in batch],
+    )
+    assert [r.message_id for r in received] == batch
+    ids = [r.id for r in received]
+    assert ids == sorted(ids)

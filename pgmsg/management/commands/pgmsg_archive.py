@@ -28,6 +28,18 @@ class Command(BaseCommand):
         parser.add_argument(
             "--list", action="store_true", help="only list the partitions that would go"
         )
+        parser.add_argument(
+            "--periodic",
+            action="store_true",
+            help="as started by workers (PGMSG ARCHIVE_INTERVAL): another run holding the "
+            "archive lock is not an error",
+        )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="archive partitions that a subscription has not passed yet (it then stops "
+            "at the archived range)",
+        )
 
     def handle(self, *args, **options):
         settings = conf.get()
@@ -44,7 +56,17 @@ class Command(BaseCommand):
         if not output_path:
             raise CommandError("pgmsg_archive: give --output, or set PGMSG ARCHIVE_PATH")
         try:
-            archive.archive(before, output_path, master=options["master"], echo=self.stdout.write)
+            archive.archive(
+                before,
+                output_path,
+                master=options["master"],
+                echo=self.stdout.write,
+                force=options["force"],
+            )
+        except errors.ArchiveRunning as exc:
+            if not options["periodic"]:
+                raise CommandError(str(exc)) from exc
+            self.stdout.write(str(exc))
         except errors.ExportError as exc:
             raise CommandError(str(exc)) from exc
 

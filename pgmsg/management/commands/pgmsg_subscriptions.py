@@ -33,7 +33,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--to",
             default="beginning",
-            help="reset to: beginning (default), end, or an event position",
+            help="reset to: beginning (default), end, archive (just after the last archived "
+            "event), or an event position",
         )
 
     def handle(self, *args, action, subscription, partitions, to, **options):
@@ -89,9 +90,9 @@ class Command(BaseCommand):
 
 
 def _reset_point(text: str):
-    if text in ("beginning", "end"):
+    if text in ("beginning", "end", "archive"):
         return text
     try:
         return int(text)
     except ValueError:
-        raise CommandError(f"--to must be beginning, end or a position, got {text!r}")
+        raise CommandError(f"--to must be beginning, end, archive or a position, got {text!r}")
