@@ -13,7 +13,6 @@ import time
 from django.utils import timezone
 
 from pgmsg.core import conf
-from pgmsg.export import archive
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +47,10 @@ class PeriodicArchive:
         if now < self._next:
             return
         self._next = now + settings.ARCHIVE_INTERVAL
+        # Imported here, once archiving is on: the archive needs the `spark` extra (pyspark),
+        # which a worker that serves subscriptions must not need.
+        from pgmsg.export import archive
+
         before = timezone.now() - dt.timedelta(seconds=settings.ARCHIVE_AFTER)
         if not archive.due(before):  # one catalog query: most passes end here
             return
