@@ -214,10 +214,12 @@ def test_a_fast_path_failure_is_never_taken_for_a_crash(caplog):
     pgmsg.notify(Work(key="slow-fail", sleep=1.0, fail_times=1))
     row_id = Notification.objects.get().pk
     seen: dict[str, object] = {}
+    watching = threading.Event()
 
     def other_worker() -> None:
         with psycopg.connect(database_url(connection.settings_dict), autocommit=True) as conn:
             conn.execute(WAIT_THEN_COUNT_CRASH_RECORDS)
+            watching.set()
             deadline = time.monotonic() + 30
             # Until the worker's batch holds the row (its crash record is written before its
             # handlers run). Looked up without locking the row, which the claim would skip.
@@ -234,6 +236,9 @@ def test_a_fast_path_failure_is_never_taken_for_a_crash(caplog):
 
     blocker = threading.Thread(target=other_worker)
     blocker.start()
+    # The worker holds the row for about two seconds: start it only once the other connection
+    # is open and watching, or a slow connect under load misses the whole window.
+    assert watching.wait(timeout=60), "the other connection did not open"
     with caplog.at_level("WARNING", logger="pgmsg.worker"):
         pgmsg.Worker(channel_names=["test.work"], until_idle=True).run()
         blocker.join(timeout=60)
