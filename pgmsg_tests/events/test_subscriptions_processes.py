@@ -70,6 +70,7 @@ def test_two_consumers_share_partitions_and_keep_each_stream_in_order(workers):
 
 
 def test_a_partition_held_by_a_killed_worker_is_taken_over_without_loss_or_duplicates(workers):
+    baseline = listening()
     first = start_ready(workers, "--subscription", "test-seq", "--batch-size", "5")
     for version in range(12):
         for s in range(3):
@@ -81,6 +82,11 @@ def test_a_partition_held_by_a_killed_worker_is_taken_over_without_loss_or_dupli
     )
     os.killpg(first.pid, signal.SIGKILL)  # mid-batch: its open transaction dies with it
     first.wait()
+    # Its sessions end once the server reads the closed sockets; until then they would count
+    # as the next worker's (start_ready compares counts).
+    wait_for(
+        lambda: listening() <= baseline, timeout=60, message="the killed worker's sessions ended"
+    )
     killed_at = Effect.objects.filter(channel="sub.seq").count()
     second = start_ready(workers, "--subscription", "test-seq")
     wait_for(
