@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import statistics
 from pathlib import Path
 
 import psycopg
@@ -41,3 +42,8 @@ def django_setup(url: str, settings: str = "pgmsg_tests.settings", migrate: bool
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
+
+
+def spread(values: list[float], fmt: str = ">9,.0f") -> str:
+    """min, median and max of repeated measurements, formatted alike."""
+    return " ".join(format(v, fmt) for v in (min(values), statistics.median(values), max(values)))

@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import common, summary  # noqa: E402
 from bench import notifications as nbench  # noqa: E402
+from bench.common import spread  # noqa: E402
 
 SCRATCH_DB = "pgmsg_bench_drain"
 RAW_SCHEMA = """
@@ -140,10 +141,6 @@ def growth(url: str, n: int, big: int) -> tuple[float, float]:
     """Drain rate of a `big` backlog (the dead tuples a delete-based queue leaves at its head
     pile up as it drains), and of an `n` backlog, by the same in-process worker."""
     return timed_pgmsg(url, big), timed_pgmsg(url, n)
-
-
-def spread(values: list[float], fmt: str = ">9,.0f") -> str:
-    return " ".join(format(v, fmt) for v in (min(values), statistics.median(values), max(values)))
 
 
 def main() -> None:

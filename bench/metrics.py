@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import common, summary  # noqa: E402
+from bench.common import spread  # noqa: E402
 
 SCRATCH_DB = "pgmsg_bench_metrics"
 MODES = ("off", "in-process", "multiprocess")
@@ -111,10 +112,6 @@ def timed(url: str, mode: str, n: int) -> tuple[float, float]:
     )
     rate, cost = out.stdout.strip().splitlines()[-1].split()
     return float(rate), float(cost)
-
-
-def spread(values: list[float], fmt: str = ">9,.0f") -> str:
-    return " ".join(format(v, fmt) for v in (min(values), statistics.median(values), max(values)))
 
 
 def main() -> None:

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import common, summary  # noqa: E402
 from bench import notifications as nbench  # noqa: E402
+from bench.common import spread  # noqa: E402
 
 SCRATCH_DB = "pgmsg_bench_wakeups"
 
@@ -100,10 +101,6 @@ def truncate(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("TRUNCATE raw_plain, raw_notify, pgmsg_notification")
         conn.execute("CHECKPOINT")
-
-
-def spread(values: list[float], fmt: str = ">9,.0f") -> str:
-    return " ".join(format(v, fmt) for v in (min(values), statistics.median(values), max(values)))
 
 
 def run(url: str, writers_list: list[int], seconds: float, reps: int) -> list[dict]:
