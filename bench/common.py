@@ -12,8 +12,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def scratch_url(name: str) -> str:
-    """Drop and re-create database ``name`` on DATABASE_URL's server (or the embedded one)."""
+    """Drop and re-create database ``name`` on DATABASE_URL's server (or the embedded one).
+
+    ``PGMSG_BENCH_DB_SUFFIX`` is appended to the name: two checkouts benchmarking on one
+    shared server must not drop each other's scratch databases."""
     from pgmsg_dev.devdb import database_url, default_database
+
+    name += os.environ.get("PGMSG_BENCH_DB_SUFFIX", "")
 
     base = default_database(ROOT / ".pgdata")  # starts the embedded server when no URL
     with psycopg.connect(database_url(base, name="postgres"), autocommit=True) as conn:

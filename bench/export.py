@@ -1,7 +1,9 @@
 """Benchmark: Parquet export of N events with Spark, next to a single-process baseline.
 
 Prints rows/s for exporting N events (default 1,000,000) with 1, 2 and 4 read partitions
-through `pgmsg.export_tables` on Spark (`local[*]`), and, measured in the same run, a
+through `pgmsg.export_tables` on Spark (`local[*]`; the read tasks write the Parquet with
+pyarrow), the same with Spark's own Parquet writer (`writer="spark"`, the path of non-local
+URLs) for 2 partitions, and, measured in the same run, a
 single-process baseline without Spark: the same `COPY (SELECT ...) TO STDOUT` parsed into
 pyarrow and written with `pq.write_table`. Spark's start-up time is printed apart and is not
 in the export figures; the same reads into Spark's "noop" sink show what reading alone costs.
@@ -94,7 +96,7 @@ def baseline(out: Path) -> tuple[int, float]:
     import pyarrow.parquet as pq
 
     from pgmsg import export
-    from pgmsg.export.source import read_range
+    from pgmsg.export.reading import read_range
 
     [table_plan] = export.plan(
         str(out), tables=["events"], partitions=1, partition_by="none", full=True
@@ -142,18 +144,20 @@ def on_cluster(work: Path, partition_counts: list[int]) -> list[tuple]:
         spark = export.start_spark(cluster.url, conf)
         spark.sparkContext.setLogLevel("ERROR")
         print(f"Spark start-up on the cluster: {time.perf_counter() - started:.1f}s (not counted)")
-        export.export_tables(
-            str(work / "cwarmup"), spark=spark, tables=["events"], partitions=2,
-            partition_by="none", full=True,
-        )  # fmt: skip
-        for parts in partition_counts:
+        for writer in export.WRITERS:  # each writer's first job warms it up; not counted
+            export.export_tables(
+                str(work / f"cwarmup{writer}"), spark=spark, tables=["events"], partitions=2,
+                partition_by="none", full=True, writer=writer,
+            )  # fmt: skip
+        for parts, writer in [(p, "tasks") for p in partition_counts] + [(2, "spark")]:
             summary = export.export_tables(
-                str(work / f"cluster{parts}"), spark=spark, tables=["events"],
-                partitions=parts, partition_by="none", full=True,
+                str(work / f"cluster{parts}{writer}"), spark=spark, tables=["events"],
+                partitions=parts, partition_by="none", full=True, writer=writer,
             )  # fmt: skip
             [result] = summary.results
             results.append(
-                (f"cluster (2 workers x 1 core), {parts} read partition(s)", result.rows,
+                (f"cluster (2 workers x 1 core), {parts} read partition(s)"
+                 + (", Spark's writer" if writer == "spark" else ""), result.rows,
                  summary.seconds, result.bytes)
             )  # fmt: skip
         spark.stop()
@@ -297,28 +301,32 @@ def main() -> None:
             f"Spark start-up ({spark.sparkContext.master}): "
             f"{time.perf_counter() - started:.1f}s (not counted below)"
         )
-        # Warm-up: the first job pays for Python worker start and JIT; not counted.
-        export.export_tables(
-            str(work / "warmup"),
-            spark=spark,
-            tables=["events"],
-            partitions=2,
-            partition_by="none",
-            full=True,
-        )
-        for parts in partition_counts:
+        # Warm-up of each writer: the first job pays for Python worker start and JIT; not counted.
+        for writer in export.WRITERS:
+            export.export_tables(
+                str(work / f"warmup{writer}"),
+                spark=spark,
+                tables=["events"],
+                partitions=2,
+                partition_by="none",
+                full=True,
+                writer=writer,
+            )
+        for parts, writer in [(p, "tasks") for p in partition_counts] + [(2, "spark")]:
             summary = export.export_tables(
-                str(work / f"spark{parts}"),
+                str(work / f"spark{parts}{writer}"),
                 spark=spark,
                 tables=["events"],
                 partitions=parts,
                 partition_by="none",
                 full=True,
+                writer=writer,
             )
             [result] = summary.results
             results.append(
                 (
-                    f"Spark export, {parts} read partition(s)",
+                    f"Spark export, {parts} read partition(s)"
+                    + (", Spark's writer" if writer == "spark" else ""),
                     result.rows,
                     summary.seconds,
                     result.bytes,

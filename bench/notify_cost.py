@@ -2,10 +2,13 @@
 
 With no worker idle, notify() sends no NOTIFY, so its gap to a plain INSERT is cost per call.
 This splits it: client CPU (this Python process) and server CPU (the backend serving it, from
-/proc) per call, for a ladder of variants from a plain INSERT to pgmsg.notify(), each adding
-one thing. synchronous_commit is off in these sessions so that the figures are CPU, not
-waiting for the WAL flush. With 2 cores and 8 or more producers the machine is CPU-bound, so
-the ratio of these sums is about the ratio of commit rates there.
+/proc) per call, for a ladder of variants from a plain INSERT to pgmsg.notify(): the table, its
+wake trigger as an SQL producer meets it, then the one call notify() makes (pgmsg_send(),
+prepared, then bound on the client as notify() sends it), through Django's cursor wrapper
+(which notify() skips unless asked), and notify() itself. synchronous_commit is off in these
+sessions so that the figures are CPU, not waiting for the WAL flush. With 2 cores and 8 or
+more producers the machine is CPU-bound, so the ratio of these sums is about the ratio of
+commit rates there.
 
     python bench/notify_cost.py [--calls 5000] [--reps 3]
 
@@ -38,19 +41,20 @@ CREATE TABLE raw_plain (id bigserial PRIMARY KEY, channel text NOT NULL, payload
 CREATE TABLE copy_pkey_only (LIKE pgmsg_notification INCLUDING DEFAULTS INCLUDING IDENTITY);
 ALTER TABLE copy_pkey_only ADD PRIMARY KEY (id);
 CREATE TABLE copy_no_trigger (LIKE pgmsg_notification INCLUDING ALL);
-CREATE TABLE copy_empty_trigger (LIKE pgmsg_notification INCLUDING ALL);
-CREATE FUNCTION copy_empty_trigger() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN PERFORM 1 FROM (SELECT DISTINCT channel FROM new_rows) AS c; RETURN NULL; END $$;
-CREATE TRIGGER copy_empty_trigger AFTER INSERT ON copy_empty_trigger
-    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION copy_empty_trigger();
+CREATE TABLE copy_statement_trigger (LIKE pgmsg_notification INCLUDING ALL);
+CREATE FUNCTION copy_statement_wake() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pgmsg_wake(c.channel) FROM (SELECT DISTINCT channel FROM new_rows) AS c;
+RETURN NULL; END $$;
+CREATE TRIGGER copy_statement_wake AFTER INSERT ON copy_statement_trigger
+    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION copy_statement_wake();
 """
-TABLES = "raw_plain, copy_pkey_only, copy_no_trigger, copy_empty_trigger, pgmsg_notification"
+TABLES = "raw_plain, copy_pkey_only, copy_no_trigger, copy_statement_trigger, pgmsg_notification"
 
 
 def backend_cpu(pid: int) -> float:
-    """Seconds of CPU the server process ``pid`` has used (user + system)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """Seconds of CPU the server process ``pid`` has used (/proc/<pid>/schedstat: nanoseconds;
+    /proc/<pid>/stat counts 10 ms ticks, too coarse for a few thousand calls)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
 
 
 def main() -> None:
@@ -84,9 +88,17 @@ def main() -> None:
             "RETURNING id"
         )
 
-    def django_insert() -> None:
+    send = "SELECT pgmsg_send(%(channel)s, %(payload)s)"
+    bound_on_client = psycopg.ClientCursor(raw)
+
+    def client_send() -> None:
+        bound_on_client.execute(send, params)
+        bound_on_client.fetchone()
+
+    def django_send() -> None:
         with connection.cursor() as cursor:
-            cursor.execute(insert("pgmsg_notification"), params)
+            cursor.execute(send, params)
+            cursor.fetchone()
 
     ladder = [
         (
@@ -107,16 +119,18 @@ def main() -> None:
             lambda: raw.execute(insert("copy_no_trigger"), params).fetchone(),
         ),
         (
-            "+ a transition-table trigger that does nothing",
+            "+ the statement wake trigger before 0016 (for comparison)",
             raw_pid,
-            lambda: raw.execute(insert("copy_empty_trigger"), params).fetchone(),
+            lambda: raw.execute(insert("copy_statement_trigger"), params).fetchone(),
         ),
         (
-            "+ pgmsg's wake trigger instead (the table as shipped)",
+            "+ its wake trigger (an SQL producer's INSERT)",
             raw_pid,
             lambda: raw.execute(insert("pgmsg_notification"), params).fetchone(),
         ),
-        ("+ sent through Django's cursor", django_pid, django_insert),
+        ("pgmsg_send() instead, prepared", raw_pid, lambda: raw.execute(send, params).fetchone()),
+        ("pgmsg_send(), client-side binding (as notify() sends it)", raw_pid, client_send),
+        ("+ Django's cursor wrapper", django_pid, django_send),
         ("pgmsg.notify()", django_pid, lambda: pgmsg.notify(Tick(seq=1))),
     ]
     results: dict[str, list[tuple[float, float]]] = {}
@@ -135,7 +149,8 @@ def main() -> None:
     print(
         f"notify() cost per call, one producer, no worker: PostgreSQL {server}, "
         f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M %Z')}, load average "
-        f"{os.getloadavg()[0]:.1f}; {args.calls} calls x {args.reps} reps, lowest shown"
+        f"{os.getloadavg()[0]:.1f}; {args.calls} calls x {args.reps} reps, lowest shown; "
+        f"Django OPTIONS prepare_threshold={connection.connection.prepare_threshold}"
     )
     print(f"\n{'variant':<56} {'client us':>9} {'server us':>9} {'sum':>6} {'vs plain':>8}")
     plain = None

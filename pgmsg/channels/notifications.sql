@@ -1,12 +1,11 @@
--- name: insert_notification
--- Store one message of an exactly-once channel; the statement trigger NOTIFYs the workers.
-INSERT INTO pgmsg_notification (channel, payload) VALUES (%(channel)s, %(payload)s::jsonb)
-RETURNING id;
+-- name: send
+-- Store one message of an exactly-once channel and wake idle workers of its channel
+-- (pgmsg_send, migration 0016: a function, so that the server keeps the insert's plan).
+SELECT pgmsg_send(%(channel)s, %(payload)s);
 
--- name: insert_notifications
--- Store many messages in one statement (one NOTIFY per channel).
-INSERT INTO pgmsg_notification (channel, payload)
-SELECT c, p::jsonb FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS m(c, p);
+-- name: send_many
+-- Store many messages in one statement (one wake-up per channel).
+SELECT pgmsg_send_many(%(channels)s::text[], %(payloads)s::text[]);
 
 -- name: broadcast
 -- Plain NOTIFY of a broadcast channel; delivered at commit to every listening session.

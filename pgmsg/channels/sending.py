@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import psycopg
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from pgmsg.channels import declarations as channels
 from pgmsg.core import conf, errors, payloads, sql
@@ -23,26 +25,27 @@ def notify(message: channels.Channel, *, using: str | None = None) -> int | None
     and return its id; broadcast channels NOTIFY it (at most 7999 bytes of JSON) and return None.
     """
     spec = channels.spec_of(message)
-    text = _encode(spec, message, validate=conf.get().VALIDATE_ON_SEND)
-    with connections[using or conf.get().DATABASE].cursor() as cursor:
-        if spec.delivery == channels.BROADCAST:
-            _check_broadcast_size(spec, text)
+    settings = conf.get()
+    text = _encode(spec, message, validate=settings.VALIDATE_ON_SEND)
+    db = connections[using or settings.DATABASE]
+    if spec.delivery == channels.BROADCAST:
+        _check_broadcast_size(spec, text)
+        with db.cursor() as cursor:
             cursor.execute(
                 QUERIES["broadcast"],
                 {"notify_channel": channels.BROADCAST_PREFIX + spec.name, "payload": text},
             )
-            return None
-        cursor.execute(QUERIES["insert_notification"], {"channel": spec.name, "payload": text})
-        return cursor.fetchone()[0]
+        return None
+    return _fetch_value(db, QUERIES["send"], {"channel": spec.name, "payload": text}, settings)
 
 
 def notify_many(messages: Iterable[channels.Channel], *, using: str | None = None) -> int:
     """Send many messages in one statement per delivery mode; returns how many were sent."""
     stored_channels, stored_payloads, broadcasts = [], [], []
-    validate = conf.get().VALIDATE_ON_SEND
+    settings = conf.get()
     for message in messages:
         spec = channels.spec_of(message)
-        text = _encode(spec, message, validate=validate)
+        text = _encode(spec, message, validate=settings.VALIDATE_ON_SEND)
         if spec.delivery == channels.BROADCAST:
             _check_broadcast_size(spec, text)
             broadcasts.append(
@@ -51,24 +54,67 @@ def notify_many(messages: Iterable[channels.Channel], *, using: str | None = Non
         else:
             stored_channels.append(spec.name)
             stored_payloads.append(text)
-    with connections[using or conf.get().DATABASE].cursor() as cursor:
-        if stored_channels:
-            cursor.execute(
-                QUERIES["insert_notifications"],
-                {"channels": stored_channels, "payloads": stored_payloads},
-            )
-        if broadcasts:
+    db = connections[using or settings.DATABASE]
+    if stored_channels:
+        _fetch_value(
+            db,
+            QUERIES["send_many"],
+            {"channels": stored_channels, "payloads": stored_payloads},
+            settings,
+        )
+    if broadcasts:
+        with db.cursor() as cursor:
             cursor.executemany(QUERIES["broadcast"], broadcasts)
     return len(stored_channels) + len(broadcasts)
 
 
+def _fetch_value(db: BaseDatabaseWrapper, query: str, params: dict, settings: conf.Settings):
+    """Run one statement in ``db``'s current transaction and return its one value.
+
+    Straight on psycopg's cursor of Django's connection (the same session and transaction:
+    atomic blocks, savepoints and on_commit are Django's as ever), with the checks Django's
+    cursor makes first. Django's cursor wrapper cost about as much client time as the insert
+    itself (docs/wakeups.md), so it is used only where someone watches it: execute wrappers,
+    query logging (DEBUG, assertNumQueries), or PGMSG["SEND_THROUGH_DJANGO_CURSOR"] (for
+    instrumentation that patches Django's cursor class, such as some APM agents).
+    """
+    if settings.SEND_THROUGH_DJANGO_CURSOR or db.execute_wrappers or db.queries_logged:
+        with db.cursor() as cursor:
+            cursor.execute(query, params)
+            return cursor.fetchone()[0]
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    db.validate_no_broken_transaction()
+    with db.wrap_database_errors:
+        cursor = _cursor_of(db)
+        cursor.execute(query, params)
+        return cursor.fetchone()[0]
+
+
+def _cursor_of(db: BaseDatabaseWrapper):
+    """A psycopg cursor of ``db``'s current connection, made once per connection: making one
+    cost about as much client time as the rest of a send (measured here).
+
+    Django turns psycopg's prepared statements off unless its OPTIONS set
+    ``prepare_threshold`` (transaction-mode poolers before PgBouncer 1.21 lose them). Where
+    they are on, the cursor binds on the server, so psycopg prepares pgmsg_send() like any
+    statement (the server then skips its parse and plan); else it binds on the client, as
+    Django's own cursor does."""
+    cursor = db.__dict__.get("_pgmsg_cursor")
+    conn = db.connection
+    if cursor is None or cursor.connection is not conn or cursor.closed:
+        cursor = psycopg.Cursor(conn) if conn.prepare_threshold is not None else conn.cursor()
+        db.__dict__["_pgmsg_cursor"] = cursor
+    return cursor
+
+
 def _encode(spec: channels.ChannelSpec, message: channels.Channel, *, validate: bool) -> str:
-    text = payloads.dumps(message)
     if validate:
-        payloads.check_decodes(
-            spec.payload_class, text, what=f"cannot send on channel {spec.name!r}"
+        return payloads.dumps_checked(
+            spec.payload_class, message, what=f"cannot send on channel {spec.name!r}"
         )
-    return text
+    return payloads.dumps(message)
 
 
 def _check_broadcast_size(spec: channels.ChannelSpec, text: Any) -> None:

@@ -22,7 +22,9 @@ from psycopg import pq
 from psycopg.adapt import Transformer
 
 from pgmsg.channels import declarations as channels
-from pgmsg.core import errors, names
+from pgmsg.core import errors, names, sql
+
+QUERIES = sql.load(__package__, "triggers.sql")
 
 # django-pgtrigger refuses trigger names over 47 characters: it prefixes "pgtrigger_" and
 # appends a 6-character model hash within PostgreSQL's 63-byte identifiers.
@@ -74,16 +76,8 @@ class ChannelTrigger(pgtrigger.Trigger):
             )
 
     def get_func(self, model: models.Model) -> str:
-        # The channel name is validated to [a-z0-9_.-], so it is safe as a literal here.
-        # OLD is NULL on INSERT and NEW on DELETE (PostgreSQL 11+).
-        return (
-            "INSERT INTO pgmsg_notification (channel, payload) VALUES ("
-            f"'{self.channel}', jsonb_build_object("
-            "'op', TG_OP, "
-            "'old', CASE WHEN TG_OP = 'INSERT' THEN NULL ELSE to_jsonb(OLD) END, "
-            "'new', CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE to_jsonb(NEW) END));\n"
-            "RETURN NULL;"
-        )
+        # The loader drops a statement's last ";": PL/pgSQL needs it back.
+        return QUERIES["row_change"].format(channel=self.channel) + ";"
 
     def register(self, *models_: Any) -> Any:
         result = super().register(*models_)

@@ -48,10 +48,45 @@ _NUL_RE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 _ENCODER = _Encoder(separators=(",", ":"), allow_nan=False)
 
 
+#: The same output for dicts of JSON's own types, without the fallback for other types.
+_PLAIN_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def dumps(value: Any) -> str:
     """JSON text of a dataclass instance or plain value; a clear error for what JSON can't hold."""
+    return _dumps(value, _plain_dict(value))
+
+
+def dumps_checked(cls: type, value: Any, *, what: str) -> str:
+    """dumps(value), and check_decodes(cls, ...) of it: a PayloadError naming ``what`` unless
+    it decodes back into ``cls``. A value whose fields all hold exactly a str, int, float or
+    bool (or None) of their declared types decodes back unchanged: it skips the decoding."""
+    plain = _plain_dict(value) if type(value) is cls else None
+    text = _dumps(value, plain)
+    if plain is None:
+        check_decodes(cls, text, what=what)
+    return text
+
+
+def _plain_dict(value: Any) -> dict | None:
+    """The dict the encoder would make of a dataclass instance whose fields are all plain
+    (see _plain_fields), or None for anything else: a third of the cost of the general path,
+    whose fallback runs for the instance (measured: about 20 us for a two-field channel)."""
+    plain = _plain_fields(type(value)) if hasattr(type(value), "__dataclass_fields__") else None
+    if plain is None:
+        return None
+    data = {}
+    for name, ok in plain:
+        item = getattr(value, name)
+        if type(item) not in ok:
+            return None
+        data[name] = item
+    return data
+
+
+def _dumps(value: Any, plain: dict | None) -> str:
     try:
-        text = _ENCODER.encode(value)
+        text = _ENCODER.encode(value) if plain is None else _PLAIN_ENCODER.encode(plain)
     except (TypeError, ValueError) as exc:
         raise errors.PayloadError(f"cannot encode payload {value!r} as JSON: {exc}") from exc
     if "u0000" in text and _NUL_RE.search(text):
@@ -129,6 +164,27 @@ def check_decodes(cls: type, text: str, *, what: str) -> None:
         load(cls, json.loads(text))
     except errors.PayloadError as exc:
         raise errors.PayloadError(f"{what}: {exc}") from exc
+
+
+@cache
+def _plain_fields(cls: type) -> tuple[tuple[str, tuple[type, ...]], ...] | None:
+    """Per dataclass: each field with the types whose JSON decodes back into it unchanged
+    (``int`` for ``int``, ``int`` or ``None`` for ``int | None``, ...), or None when a field
+    has any other type or is not an ``__init__`` argument (those need the full check)."""
+    hints = _hints(cls)
+    plain = []
+    for f in dataclasses.fields(cls):
+        hint = hints.get(f.name)
+        exact = _PASS_THROUGH.get(hint)
+        if exact is None and typing.get_origin(hint) in (typing.Union, types.UnionType):
+            args = typing.get_args(hint)
+            others = [a for a in args if a is not type(None)]
+            if len(args) == 2 and len(others) == 1 and others[0] in _PASS_THROUGH:
+                exact = (*_PASS_THROUGH[others[0]], type(None))
+        if exact is None or not f.init:
+            return None
+        plain.append((f.name, exact))
+    return tuple(plain)
 
 
 def _convert(hint: Any, value: Any, path: str) -> Any:

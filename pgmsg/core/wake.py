@@ -17,7 +17,10 @@ The worker never blocks on that key (it tries, and polls again after a short pau
 producer transaction delays only that worker's sleep, never other producers.
 
 The SQL functions live in migration 0009_wakeups; their lock keys are (class, hashtext(payload))
-with the two classes below.
+with the two classes below. Since the producing lock is held until the transaction ends, one
+``pgmsg_wake`` per payload and transaction is enough: ``wake_once_sql`` (the notification row
+trigger; ``pgmsg_send`` of migration 0016 does the same) remembers the last payload woken in a
+transaction-local setting (``WOKEN_SQL``), which a row trigger's WHEN can test to skip a row.
 """
 
 from __future__ import annotations
@@ -36,6 +39,11 @@ WAKE_CHANNEL = "pgmsg"
 #: ``pgmsg_wake(payload text, scope text DEFAULT NULL)``. ``scope`` is a second payload whose
 #: idle workers also want this wake-up (the catch-all "events" for "events:<category>").
 WAKE_FUNCTION = "pgmsg_wake"
+
+#: The payload this transaction last woke through wake_once_sql (NULL or '' when none). It is
+#: a transaction-local setting (set_config(..., true)): undone when the transaction ends, and
+#: when a savepoint rolls back, together with the producing lock taken under it.
+WOKEN_SQL = "current_setting('pgmsg.woken', true)"
 
 #: Advisory lock classes (the first int of the two-int form): idle workers hold
 #: (IDLE_CLASS, hashtext(payload)) shared; producers hold (PRODUCING_CLASS, hashtext(payload))
@@ -58,6 +66,16 @@ def wake_sql(payload: str, scope: str | None = None) -> str:
     expressions (quote literals yourself: ``wake_sql("'inbox:' || i.inbox")``)."""
     args = payload if scope is None else f"{payload}, {scope}"
     return f"{WAKE_FUNCTION}({args})"
+
+
+def wake_once_sql(payload: str) -> str:
+    """PL/pgSQL that wakes for ``payload`` (an SQL expression, as in wake_sql) unless this
+    transaction already did, and remembers it (WOKEN_SQL)."""
+    return (
+        f"IF {WOKEN_SQL} IS DISTINCT FROM {payload} THEN "
+        f"PERFORM {wake_sql(payload)}; PERFORM set_config('pgmsg.woken', {payload}, true); "
+        "END IF;"
+    )
 
 
 class IdleDeclaration:

@@ -49,6 +49,11 @@ class SubscriptionSource:
         # the look for idle partitions (two round trips) and goes to the partitions at once.
         self._busy = False
         self._maintenance = store_partitions.Maintenance()
+        # Read floors (events/partitions.py): the months and their seals as last read, and each
+        # partition's checkpoint as last seen. Either may be stale: the read statement checks
+        # that the floor holds and the partition is read again without one when it does not.
+        self._months: list[store_partitions.Range] | None = None
+        self._seen: dict[int, int] = {}
         #: Periodic archive runs (PGMSG ARCHIVE_INTERVAL), started by the worker's first source.
         self.archive = periodic.PeriodicArchive()
         # The event trigger wakes "events:<category>" with "events" as its scope, so a
@@ -73,13 +78,16 @@ class SubscriptionSource:
         # The event store's monthly partitions are made ahead by the worker's first
         # subscription source (docs/storage.md).
         if self is next(s for s in worker.sources if isinstance(s, SubscriptionSource)):
-            self._maintenance.maybe_run()
+            if self._maintenance.maybe_run():
+                self._months = None  # months made or sealed: read them again
             self.archive.maybe_start()
         with connections[db].cursor() as cursor:
             if not self._ready:
                 with transaction.atomic(using=db):
                     ensure_partitions(self.sub, cursor)
                 self._ready = True
+            if self._months is None:
+                self._months = store_partitions.ranges(cursor)
             # One horizon for every partition of this round: read in an earlier statement
             # than each partition's read, so every transaction below it has ended by then.
             xmin = reads.read_horizon(cursor)
@@ -104,6 +112,7 @@ class SubscriptionSource:
         if not rows:
             return []
         due = [row[0] for row in rows]
+        self._seen.update((row[0], row[1]) for row in rows)
         lowest = min(Checkpoint(row[1], row[2]) for row in rows)
         # One cheap look for the whole subscription before a transaction per partition:
         # when nothing it handles lies between its lowest checkpoint and the horizon,
@@ -145,15 +154,25 @@ class SubscriptionSource:
                 entered.append(ending.enter_context(connection.connection.pipeline()))
 
         with ending, transaction.atomic(using=db), connection.cursor() as cursor:
-            rows = self._lock_and_read(cursor, partition, xmin, worker.batch_size)
+            seen = self._seen.get(partition)
+            floor = None
+            if seen is not None and self._months:
+                floor = store_partitions.floor(self._months, seen)
+            rows = self._lock_and_read(cursor, partition, xmin, worker.batch_size, floor)
+            if rows and not rows[0][6]:
+                # The floor does not hold (a reset moved the checkpoint back, or a sealed month
+                # changed): read every month, and the months again before the next floor.
+                self._months = None
+                rows = self._lock_and_read(cursor, partition, xmin, worker.batch_size, None)
             if not rows:
                 return 0  # another worker holds it, or it is stopped or backing off
             id_, checkpoint_xid, checkpoint_position, attempts, xid, archived = rows[0][:6]
             start = Checkpoint(checkpoint_xid, checkpoint_position)
+            self._seen[partition] = checkpoint_xid
             if archived is not None:
                 self._stop_at_archive(cursor, id_, partition, start, archived)
                 return 0
-            read = RecordedEvent.from_rows(row[6:] for row in rows if row[6] is not None)
+            read = RecordedEvent.from_rows(row[7:] for row in rows if row[7] is not None)
             # Only the first event read is the one that failed before (if one did).
             first = read[0] if read else None
             complete = len(read) < worker.batch_size  # every event up to the horizon was read
@@ -235,6 +254,7 @@ class SubscriptionSource:
             if suspect is not None and (failed is not None or suspect[0] in result.done):
                 claims.forget(cursor, CLAIM_KIND, self._claim_key(suspect[0]))
         worker.handled += handled
+        self._seen[partition] = reached.transaction_id  # committed: the next read's floor
         # A batch cut short at a suspect: come back at once for what follows it.
         return worker.batch_size if run is not read else len(read)
 
@@ -266,9 +286,12 @@ class SubscriptionSource:
             },
         )
 
-    def _lock_and_read(self, cursor, partition: int, xmin: int, limit: int) -> list[tuple]:
-        """Hold the partition and read its next events, in one statement (lock_and_read). No
-        row: the partition is not ours to serve now."""
+    def _lock_and_read(
+        self, cursor, partition: int, xmin: int, limit: int, floor: store_partitions.Floor | None
+    ) -> list[tuple]:
+        """Hold the partition and read its next events, in one statement (lock_and_read),
+        from ``floor`` on (None: every month). No row: the partition is not ours to serve
+        now."""
         sub = self.sub
         cursor.execute(
             QUERIES["lock_and_read"],
@@ -282,6 +305,11 @@ class SubscriptionSource:
                 "key_source": sub.key_source,
                 "key": sub.key,
                 "limit": limit,
+                "floor": floor and floor.at,
+                "floor_xid": floor.xid if floor else 0,
+                "floor_oids": floor.oids if floor else [],
+                "floor_seals": floor.seals if floor else [],
+                "floor_lowest": floor and floor.lowest,
             },
         )
         return cursor.fetchall()

@@ -107,11 +107,17 @@ class Subscription:
         return sorted(name for name, funcs in self.handlers.items() if funcs)
 
     def dispatch(self, recorded: RecordedEvent) -> None:
-        funcs = self.handlers.get(recorded.type, []) + self.handlers.get(None, [])
-        if funcs and recorded.type in self.handlers:
+        # Called once per event read: no list built per call.
+        typed = self.handlers.get(recorded.type)
+        every = self.handlers.get(None)
+        if typed is not None and (typed or every):
             recorded.event  # noqa: B018  (decode now: a bad payload must fail before handlers)
-        for func in funcs:
-            func(recorded)
+        if typed:
+            for func in typed:
+                func(recorded)
+        if every:
+            for func in every:
+                func(recorded)
 
 
 def _type_name(subscription: str, value: Any) -> str:

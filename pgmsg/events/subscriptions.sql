@@ -56,9 +56,26 @@ ORDER BY p.partition;
 -- column: the first archive (pgmsg_archive --force) holding events after the checkpoint, as
 -- "partition (archived to path)", NULL when none: such a partition must stop there rather
 -- than pass over them.
+-- %(floor)s (NULL: none): read only months from this recorded_at on, which PostgreSQL prunes
+-- at planning (the value is a literal: Django binds on the client), skipping sealed months
+-- wholly below the checkpoint (events/partitions.py). Seventh column: whether the floor holds
+-- for the checkpoint the lock returned: that checkpoint is at or above the transaction id the
+-- floor was computed for (a reset may have moved it back), the seals it relies on still stand
+-- (same partitions, same bounds), and no event lies below the oldest of them (the default
+-- partition). When it does not, the caller reads again without a floor.
 WITH held AS (
     SELECT p.id, p.checkpoint_transaction, p.checkpoint_position, p.attempts,
-           pg_current_xact_id()::text::bigint AS xid
+           pg_current_xact_id()::text::bigint AS xid,
+           (%(floor)s::timestamptz IS NULL
+            OR (p.checkpoint_transaction >= %(floor_xid)s::bigint
+                AND (SELECT count(*) FROM pg_constraint AS c
+                     JOIN unnest(%(floor_oids)s::bigint[], %(floor_seals)s::text[])
+                          AS s(relation, name)
+                       ON c.conrelid = s.relation::oid AND c.conname = s.name
+                     WHERE c.contype = 'c') = cardinality(%(floor_oids)s::bigint[])
+                AND NOT EXISTS (SELECT FROM pgmsg_event AS below
+                                WHERE below.recorded_at < %(floor_lowest)s::timestamptz)))
+           AS floor_ok
     FROM pgmsg_subscription_partition AS p
     WHERE p.subscription = %(subscription)s AND p.partition = %(partition)s
       AND p.status = 'active' AND p.next_attempt_at <= now()
@@ -71,6 +88,7 @@ SELECT held.id, held.checkpoint_transaction, held.checkpoint_position, held.atte
               > (held.checkpoint_transaction, held.checkpoint_position)
         ORDER BY a.lower
         LIMIT 1) AS archived,
+       held.floor_ok,
        e.*
 FROM held LEFT JOIN LATERAL (
     SELECT position, transaction_id::text AS xid, stream_name, version, type, data::text,
@@ -80,6 +98,7 @@ FROM held LEFT JOIN LATERAL (
     WHERE (transaction_id, position)
           > (held.checkpoint_transaction::text::xid8, held.checkpoint_position)
       AND transaction_id < %(xmin)s::text::xid8
+      AND (%(floor)s::timestamptz IS NULL OR recorded_at >= %(floor)s::timestamptz)
       AND (%(category)s::text IS NULL OR category = %(category)s::text)
       AND (%(types)s::text[] IS NULL OR type = ANY(%(types)s::text[]))
       AND (%(partitions)s::int = 1 OR abs(mod(hashtextextended(

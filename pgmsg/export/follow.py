@@ -24,11 +24,11 @@ from django.db import connections
 from psycopg import sql as pgsql
 
 from pgmsg.core import conf, errors
-from pgmsg.export import output, planning, session, source, tables, watermarks
+from pgmsg.export import output, planning, reading, session, source, tables, watermarks
 
 logger = logging.getLogger(__name__)
 
-QUERIES = source.QUERIES
+QUERIES = reading.QUERIES
 #: Seconds between micro-batches: a row waits at most this long before its batch starts, so
 #: with batches of about a second (2,000 rows/s, bench/export.py) it stays seconds behind.
 DEFAULT_TRIGGER_SECONDS = 1.0
@@ -68,7 +68,7 @@ class Progress:
 @dataclasses.dataclass
 class Stream:
     spec: tables.TableSpec
-    read: source.ReadPlan
+    read: reading.ReadPlan
     path: str
     checkpoint: str
     partition_column: str | None
@@ -130,7 +130,7 @@ def follow(
             columns, partition_column = planning.read_columns(
                 cursor, spec, partition_by=partition_by, flatten=fields
             )
-            read = source.ReadPlan(
+            read = reading.ReadPlan(
                 conninfo=conninfo,
                 table=spec.table,
                 key=spec.key,

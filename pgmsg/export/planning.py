@@ -15,7 +15,7 @@ from django.db import DatabaseError, connections
 from psycopg import sql as pgsql
 
 from pgmsg.core import conf, errors, horizon, sql
-from pgmsg.export import output, source, tables, watermarks
+from pgmsg.export import output, reading, tables, watermarks
 
 PARTITION_BY = ("day", "type", "category", "none")
 MODES = ("append", "overwrite")
@@ -30,7 +30,7 @@ class TablePlan:
     path: str
     mode: str
     partition_column: str | None
-    read: source.ReadPlan
+    read: reading.ReadPlan
     rows: int
     key_range: tuple[int, int] | None
     #: (previous watermark, new watermark) for incremental tables.
@@ -154,7 +154,7 @@ def columns_of(cursor, spec: tables.TableSpec) -> dict[str, str]:
 
 
 def kind(db_type: str) -> str:
-    """How the data source reads a column of this PostgreSQL type (see source._KINDS)."""
+    """How the data source reads a column of this PostgreSQL type (see reading._KINDS)."""
     if db_type in ("bigint",):
         return "int64"
     if db_type in ("integer", "smallint"):
@@ -170,10 +170,10 @@ def kind(db_type: str) -> str:
 
 def read_columns(
     cursor, spec: tables.TableSpec, *, partition_by: str, flatten: Sequence[str]
-) -> tuple[list[source.Column], str | None]:
+) -> tuple[list[reading.Column], str | None]:
     """The columns a read of ``spec`` produces, and the output partition column."""
     db_columns = columns_of(cursor, spec)
-    columns = [source.Column(name, kind(db_type), name) for name, db_type in db_columns.items()]
+    columns = [reading.Column(name, kind(db_type), name) for name, db_type in db_columns.items()]
     for role, column in (
         ("ordering key", spec.key),
         ("timestamp", spec.timestamp),
@@ -193,7 +193,7 @@ def read_columns(
                     f"export: {spec.name}: flattened field {field!r} would be named {name!r}, "
                     "which is already a column"
                 )
-            columns.append(source.Column(name, "field", spec.payload_column, field))
+            columns.append(reading.Column(name, "field", spec.payload_column, field))
     partition_column = {
         "day": "day",
         "type": spec.type_column,
@@ -208,7 +208,7 @@ def read_columns(
     if partition_by == "day":
         if "day" in db_columns:
             raise errors.ExportError(f"export: {spec.name} already has a column named 'day'")
-        columns.append(source.Column("day", "day", spec.timestamp))
+        columns.append(reading.Column("day", "day", spec.timestamp))
     return columns, partition_column
 
 
@@ -249,8 +249,8 @@ def _plan_table(
     cursor.execute(query.as_string(cursor.connection), params)
     rows, lo, hi = cursor.fetchone()
     parts = partitions or max(1, math.ceil(rows / conf.get().EXPORT_ROWS_PER_PARTITION))
-    ranges = tuple(source.split_range(lo, hi, parts)) if rows else ()
-    read = source.ReadPlan(
+    ranges = tuple(reading.split_range(lo, hi, parts)) if rows else ()
+    read = reading.ReadPlan(
         conninfo=conninfo,
         table=spec.table,
         key=spec.key,

@@ -19,9 +19,12 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from pgmsg.core import conf, errors, horizon
-from pgmsg.export import output, planning, session, source, watermarks
+from pgmsg.export import files, output, planning, session, source, watermarks
 
 logger = logging.getLogger(__name__)
+
+#: How local datasets are written: by the read tasks with pyarrow, or by Spark's writer.
+WRITERS = ("tasks", "spark")
 
 
 @dataclasses.dataclass
@@ -84,6 +87,7 @@ def export_tables(
     database_url: str | None = None,
     using: str | None = None,
     echo: Callable[[str], None] | None = None,
+    writer: str = "tasks",
 ) -> ExportSummary:
     """Export ``tables`` (default: every registered table that exists) under ``output_path``.
 
@@ -91,12 +95,16 @@ def export_tables(
     and ``full`` re-exports. Executors connect with ``database_url`` when given, else with
     the Django database's parameters. A table's watermark moves only after its dataset has
     been written; any failure raises :class:`errors.ExportError` and leaves it in place.
+    ``writer="spark"`` writes local paths with Spark's own Parquet writer too (other URLs
+    always go through it); the default has the read tasks write them with pyarrow.
     """
     echo = echo or logger.info
     started = time.monotonic()
     using = using or conf.get().DATABASE
     master = master or conf.get().EXPORT_SPARK_MASTER
     planning.check_options(partitions=partitions, partition_by=partition_by, mode=mode)
+    if writer not in WRITERS:
+        raise errors.ExportError(f"export: writer must be one of {WRITERS}, got {writer!r}")
     fields = planning.check_fields(flatten)
     if tables is not None:
         planning.select_tables(tables, using)  # an unknown name fails before anything else
@@ -138,7 +146,7 @@ def export_tables(
         elif spark is not None:
             session.prepare(spark)
         for table_plan in plans:
-            result = _export_one(spark, table_plan, using=using, master=master)
+            result = _export_one(spark, table_plan, using=using, master=master, writer=writer)
             summary.results.append(result)
             echo(result.describe())
     summary.seconds = time.monotonic() - started
@@ -146,14 +154,14 @@ def export_tables(
 
 
 def _export_one(
-    spark: Any, table_plan: planning.TablePlan, *, using: str, master: str
+    spark: Any, table_plan: planning.TablePlan, *, using: str, master: str, writer: str
 ) -> TableResult:
     started = time.monotonic()
     spec = table_plan.spec
     before = output.parquet_files(table_plan.path)
     if table_plan.writes:
         try:
-            _write(spark, table_plan)
+            _write(spark, table_plan, writer)
         except Exception as exc:
             raise errors.ExportError(
                 f"export: writing {spec.name} to {table_plan.path} failed; its watermark is "
@@ -177,8 +185,21 @@ def _export_one(
     )
 
 
-def _write(spark: Any, table_plan: planning.TablePlan) -> None:
+def _write(spark: Any, table_plan: planning.TablePlan, writer: str) -> None:
     spark.sparkContext.setJobDescription(f"pgmsg export {table_plan.spec.name}")
+    local = output.local_path(table_plan.path)
+    if local is not None and writer == "tasks":
+        # Each read task writes its rows with pyarrow where it read them (pgmsg/export/files.py):
+        # rows never cross into the JVM, which Spark's Parquet writer below needs.
+        files.write_dataset(
+            spark,
+            table_plan.read,
+            local,
+            partition_column=table_plan.partition_column,
+            overwrite=table_plan.mode == "overwrite",
+        )
+        return
+    # Other URLs (s3a://, hdfs://, ...): Spark's writer, through Hadoop's file systems.
     if table_plan.rows:
         frame = spark.read.format(source.FORMAT).options(**table_plan.read.to_options()).load()
     else:  # overwriting with nothing: the dataset becomes empty (a snapshot of an empty table)

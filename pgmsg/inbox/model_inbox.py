@@ -123,7 +123,8 @@ def queries(spec: ModelInbox) -> dict[str, pgsql.Composed | str]:
     found: dict[str, pgsql.Composed | str] = {
         name: compose(name, **fragments) for name in ("claim", "ack", "pending")
     }
-    found["processed_last_minute"] = "SELECT 0" if boolean else compose("processed_last_minute")
+    if not boolean:  # a boolean mark cannot tell when: counts() says 0 without asking
+        found["processed_last_minute"] = compose("processed_last_minute")
     for name in ("record_failures", "ack_records", "seconds_until_due"):
         found[name] = QUERIES[name]
     return found
@@ -136,5 +137,7 @@ def counts(spec: ModelInbox) -> tuple[int, int]:
     with connections[conf.get().DATABASE].cursor() as cursor:
         cursor.execute(statements["pending"], {"inbox": spec.name})
         pending = cursor.fetchone()[0]
+        if "processed_last_minute" not in statements:
+            return pending, 0
         cursor.execute(statements["processed_last_minute"])
         return pending, cursor.fetchone()[0]

@@ -14,13 +14,13 @@ from pgmsg.core import metrics as instruments
 from pgmsg.metrics import collector
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: What to install: pgmsg itself is not on PyPI (README), so not pgmsg with the extra.
+INSTALL = "pip install prometheus_client (or the checkout with its extra: './pgmsg[metrics]')"
 
 
 def require() -> None:
     if not instruments.enabled():
-        raise errors.ConfigurationError(
-            "metrics need prometheus_client: pip install 'pgmsg[metrics]'"
-        )
+        raise errors.ConfigurationError(f"metrics need prometheus_client: {INSTALL}")
 
 
 def use_multiprocess_dir() -> str | None:

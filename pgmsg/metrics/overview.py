@@ -72,7 +72,7 @@ def overview(*, with_throughput: bool = True) -> list[SourceStatus]:
         if with_throughput:
             cursor.execute(QUERIES["throughput"])
             rows = cursor.fetchall()
-            cursor.execute("SELECT date_trunc('minute', now())")
+            cursor.execute(QUERIES["this_minute"])
             now = cursor.fetchone()[0]
         else:
             rows, now = [], None

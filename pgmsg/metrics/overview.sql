@@ -44,3 +44,8 @@ FROM pgmsg_throughput
 WHERE minute >= date_trunc('minute', now()) - interval '59 minutes'
 GROUP BY kind, source, minute
 ORDER BY kind, source, minute;
+
+-- name: this_minute
+-- The server's current minute: the throughput chart's last column (the server's clock, the
+-- one that wrote the rows, not this process's).
+SELECT date_trunc('minute', now());

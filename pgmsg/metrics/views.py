@@ -13,7 +13,7 @@ from pgmsg.metrics import exporter
 def metrics(request: HttpRequest) -> HttpResponse:
     if not instruments.enabled():
         return HttpResponse(
-            "prometheus_client is not installed: pip install 'pgmsg[metrics]'\n",
+            f"prometheus_client is not installed: {exporter.INSTALL}\n",
             status=501,
             content_type="text/plain",
         )

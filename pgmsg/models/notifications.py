@@ -52,20 +52,23 @@ class Notification(models.Model):
             ("discard_notification", "Can discard notifications"),
         ]
         triggers = [
-            # One wake-up per channel per statement, and only while a worker for the channel is
-            # idle (pgmsg/core/wake.py: a busy system commits without NOTIFY). NOTIFY is
-            # delivered at commit and identical payloads of one transaction fold into one. The
-            # payload is the channel; the rows are claimed by query.
+            # Wakes idle workers of the row's channel (pgmsg/core/wake.py: only while one is
+            # idle, so a busy system commits without NOTIFY). A row trigger whose WHEN skips
+            # every row after the first of its channel in a transaction: pgmsg_wake holds its
+            # producing lock until the transaction ends, so one call per channel and
+            # transaction is enough (docs/wakeups.md), and a skipped row costs no trigger call
+            # (a multi-row INSERT queues its rows before the first call: the function checks
+            # again).
+            # It replaced a statement trigger with a transition table, which cost one-row
+            # inserts (every notify()) more than the insert itself. notify() wakes and marks
+            # the channel inside pgmsg_send (migration 0016) before it inserts.
             pgtrigger.Trigger(
                 name="pgmsg_wake_workers",
-                level=pgtrigger.Statement,
+                level=pgtrigger.Row,
                 when=pgtrigger.After,
                 operation=pgtrigger.Insert,
-                referencing=pgtrigger.Referencing(new="new_rows"),
-                func=(
-                    f"PERFORM {wake.wake_sql('c.channel')} "
-                    "FROM (SELECT DISTINCT channel FROM new_rows) AS c; RETURN NULL;"
-                ),
+                condition=pgtrigger.Condition(f"{wake.WOKEN_SQL} IS DISTINCT FROM NEW.channel"),
+                func=f"{wake.wake_once_sql('NEW.channel')} RETURN NULL;",
             ),
         ]
 

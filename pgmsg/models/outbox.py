@@ -19,6 +19,9 @@ class OutboxMessage(models.Model):
 
     ``id`` is also the order of a key's messages: publish() takes a transaction-level lock on
     (outbox, key) before the row gets its id, so one key's ids follow commit order.
+
+    The table is partitioned by week of ``created_at`` (docs/storage.md): its primary key in
+    the database is ``(id, created_at)``, ``id`` alone stays unique (one sequence).
     """
 
     class Status(models.TextChoices):
@@ -52,15 +55,15 @@ class OutboxMessage(models.Model):
     class Meta:
         db_table = "pgmsg_outbox_message"
         constraints = [
-            models.UniqueConstraint(
-                fields=["outbox", "message_id"], name="pgmsg_outbox_message_unique"
-            ),
             models.CheckConstraint(
                 condition=models.Q(status__in=["pending", "dead"]),
                 name="pgmsg_outbox_message_status",
             ),
         ]
         indexes = [
+            # Idempotency: the first-publish trigger looks a message id up in every partition
+            # (PostgreSQL has no unique index across partitions that leaves out the key).
+            models.Index(fields=["outbox", "message_id"], name="pgmsg_outbox_message_key"),
             # The relay's claim: pending rows of one outbox in id order.
             models.Index(
                 fields=["outbox", "id"],
@@ -80,6 +83,31 @@ class OutboxMessage(models.Model):
             ("discard_outboxmessage", "Can discard outbox messages"),
         ]
         triggers = [
+            # Idempotency across partitions, as the inbox's first-receipt trigger does it
+            # (models/inbox.py): a message id the outbox still holds is skipped (the insert
+            # returns no row), whichever partition holds the first copy. The advisory lock (one
+            # of 1,024 buckets of the ids) makes a concurrent publish of the same id wait for
+            # the first one's commit, then see it (READ COMMITTED takes a new snapshot per
+            # statement); under REPEATABLE READ the wait could not see it, so that level is
+            # refused. Rows put back by maintenance keep their id and are let through.
+            pgtrigger.Trigger(
+                name="pgmsg_outbox_first_publish",
+                level=pgtrigger.Row,
+                when=pgtrigger.Before,
+                operation=pgtrigger.Insert,
+                func=(
+                    "IF current_setting('transaction_isolation') = 'repeatable read' THEN "
+                    "RAISE EXCEPTION 'pgmsg: outbox % message %: publish in a READ COMMITTED "
+                    "or SERIALIZABLE transaction (REPEATABLE READ cannot see a concurrent "
+                    "first copy)', NEW.outbox, NEW.message_id "
+                    "USING ERRCODE = 'feature_not_supported'; END IF; "
+                    "PERFORM pg_advisory_xact_lock(hashtext('pgmsg.outbox.key'), "
+                    "hashtext(NEW.outbox || ':' || NEW.message_id) & 1023); "
+                    "IF EXISTS (SELECT FROM pgmsg_outbox_message WHERE outbox = NEW.outbox "
+                    "AND message_id = NEW.message_id AND id IS DISTINCT FROM NEW.id) THEN "
+                    "RETURN NULL; END IF; RETURN NEW;"
+                ),
+            ),
             # One wake-up per outbox per statement, only while a relay for it is idle
             # (core/wake.py; NOTIFY is delivered at commit, identical payloads fold into one):
             # the relay publishes at commit, not at the sweep.

@@ -22,6 +22,7 @@ import datetime as dt
 import json
 import logging
 import struct
+import time
 from collections import defaultdict
 
 from django.db import DatabaseError, ProgrammingError, connections, transaction
@@ -31,6 +32,11 @@ from pgmsg.core.sources import Worker
 from pgmsg.outbox import declarations, slots
 from pgmsg.outbox.destinations.base import Envelope
 from pgmsg.outbox.relay import OutboxRelay
+
+#: SQLSTATE object_in_use: the slot is being read by another session right now.
+SLOT_IN_USE = "55006"
+#: Peeks tried while the slot is busy before the relay leaves it to its next round.
+SLOT_BUSY_TRIES = 5
 
 logger = logging.getLogger("pgmsg.outbox")
 
@@ -112,6 +118,7 @@ class LogicalRelay(OutboxRelay):
         self._can_log_snapshot = False
 
     def process_batch(self, worker: Worker) -> int:
+        self.maintain(worker)
         self._take_partitions(worker)
         if not self.held:
             return 0
@@ -173,11 +180,20 @@ class LogicalRelay(OutboxRelay):
             flushed = cursor.fetchone()[0]
             if flushed == self._quiet_at:
                 return 0
-            try:
-                cursor.execute(QUERIES["peek"], {"slot": self.slot, "limit": worker.batch_size})
-            except DatabaseError:
-                self._raise_if_lost(db)  # invalidated while the relay ran
-                raise
+            for attempt in range(1, SLOT_BUSY_TRIES + 1):
+                try:
+                    cursor.execute(QUERIES["peek"], {"slot": self.slot, "limit": worker.batch_size})
+                    break
+                except DatabaseError as exc:
+                    if getattr(exc.__cause__, "sqlstate", None) != SLOT_IN_USE:
+                        self._raise_if_lost(db)  # invalidated while the relay ran
+                        raise
+                    # Another session reads the slot this instant (health's look at the
+                    # oldest unrelayed message, a peek by hand). Not an outage: raising would
+                    # make the worker reconnect and let go of the outbox's partitions.
+                    if attempt == SLOT_BUSY_TRIES:
+                        return 0  # looked at again at the next round
+                    time.sleep(0.01 * attempt)
             rows = cursor.fetchall()
         if not rows:
             self._quiet_at = flushed

@@ -71,14 +71,15 @@ FROM pg_replication_slot_advance(%(slot)s, %(lsn)s::pg_lsn) AS a,
 -- Rows of the outbox table with these keys or message ids. A key with a row there (refused,
 -- retrying, dead, or parked behind one of those) holds back its next messages: they go into the
 -- table too, behind it. A message id with a row there is still unrelayed: a second message
--- with that id is skipped, as table mode's publish() skips it (ON CONFLICT DO NOTHING).
+-- with that id is skipped, as table mode's publish() skips it (the first-publish trigger).
 SELECT key, message_id FROM pgmsg_outbox_message
 WHERE outbox = %(outbox)s AND (key = ANY(%(keys)s::text[]) OR message_id = ANY(%(ids)s::text[]));
 
 -- name: park
 -- Messages read from the slot that go to the table: refused ones (attempts 1, the broker's
 -- error, backing off or dead) and those of their keys behind them (attempts 0), in slot order so
--- that one key's ids follow commit order. A message parked before a crash is not parked twice.
+-- that one key's ids follow commit order. A message parked before a crash is not parked twice
+-- (the trigger pgmsg_outbox_first_publish skips an id the table holds, in any partition).
 INSERT INTO pgmsg_outbox_message (outbox, message_id, destination, topic, type, key, payload,
                                   headers, attempts, last_error, last_failed_at, status,
                                   available_at, created_at)
@@ -92,8 +93,7 @@ FROM unnest(%(message_ids)s::text[], %(destinations)s::text[], %(topics)s::text[
             %(created)s::timestamptz[])
      WITH ORDINALITY AS m(message_id, destination, topic, type, key, payload, headers, attempts,
                           error, dead, delay, created_at, n)
-ORDER BY m.n
-ON CONFLICT (outbox, message_id) DO NOTHING;
+ORDER BY m.n;
 
 -- name: slot_health
 -- Per outbox slot: how many bytes of WAL it holds back from the current position, whether a

@@ -5,7 +5,9 @@
 -- name: publish
 -- One message. A keyed message first takes the transaction-level lock of (outbox, key), so a
 -- second transaction publishing to the same key waits for this one to end before its row gets
--- an id: one key's ids follow commit order. A known message id is skipped (no row returned).
+-- an id: one key's ids follow commit order. A message id the outbox still holds is skipped (no
+-- row returned) by the trigger pgmsg_outbox_first_publish (models/outbox.py), whichever
+-- partition holds it.
 WITH locked AS MATERIALIZED (
     SELECT pg_advisory_xact_lock(hashtext('pgmsg.outbox:' || %(outbox)s), hashtext(%(key)s))
     WHERE %(key)s::text IS NOT NULL
@@ -15,26 +17,33 @@ INSERT INTO pgmsg_outbox_message (outbox, message_id, destination, topic, type, 
 SELECT %(outbox)s, %(message_id)s, %(destination)s, %(topic)s, %(type)s, %(key)s,
        %(payload)s::jsonb, %(headers)s::jsonb
 FROM (SELECT count(*) FROM locked) AS l
-ON CONFLICT (outbox, message_id) DO NOTHING
 RETURNING id;
 
 -- name: publish_many
--- Many messages of one outbox in one statement, in the given order; the keys are locked first,
--- in sorted order (two such statements cannot deadlock on each other).
+-- Many messages of one outbox in one statement; the keys are locked first, in sorted order (two
+-- such statements cannot deadlock on each other), then the rows get their ids in the given
+-- order. Rows go in in the order of their first-publish lock (a bucket of 1,024, the
+-- expression of the trigger pgmsg_outbox_first_publish in models/outbox.py), then message id:
+-- two batches whose ids share buckets, inserted concurrently in different orders, would each
+-- wait on the other's lock (a deadlock); in one order, one waits. Known ids are skipped.
 WITH locked AS MATERIALIZED (
     SELECT pg_advisory_xact_lock(hashtext('pgmsg.outbox:' || %(outbox)s), hashtext(k))
     FROM (SELECT DISTINCT k FROM unnest(%(keys)s::text[]) AS k WHERE k IS NOT NULL
           ORDER BY k) AS s
+), numbered AS MATERIALIZED (
+    SELECT nextval('pgmsg_outbox_message_id_seq') AS id, u.*
+    FROM unnest(%(message_ids)s::text[], %(topics)s::text[], %(types)s::text[],
+                %(keys)s::text[], %(payloads)s::jsonb[], %(headers)s::jsonb[])
+         WITH ORDINALITY AS u(message_id, topic, type, key, payload, headers, n),
+         (SELECT count(*) FROM locked) AS l
+    ORDER BY u.n
 )
-INSERT INTO pgmsg_outbox_message (outbox, message_id, destination, topic, type, key, payload,
-                                  headers)
-SELECT %(outbox)s, m.message_id, %(destination)s, m.topic, m.type, m.key, m.payload, m.headers
-FROM unnest(%(message_ids)s::text[], %(topics)s::text[], %(types)s::text[], %(keys)s::text[],
-            %(payloads)s::jsonb[], %(headers)s::jsonb[])
-     WITH ORDINALITY AS m(message_id, topic, type, key, payload, headers, n),
-     (SELECT count(*) FROM locked) AS l
-ORDER BY m.n
-ON CONFLICT (outbox, message_id) DO NOTHING
+INSERT INTO pgmsg_outbox_message (id, outbox, message_id, destination, topic, type, key,
+                                  payload, headers)
+SELECT m.id, %(outbox)s, m.message_id, %(destination)s, m.topic, m.type, m.key, m.payload,
+       m.headers
+FROM numbered AS m
+ORDER BY hashtext(%(outbox)s || ':' || m.message_id) & 1023, m.message_id, m.n
 RETURNING message_id, id;
 
 -- name: take_partitions

@@ -29,7 +29,7 @@ from django.db import connections, transaction
 
 from pgmsg.core import batch, conf, errors, sources, sql
 from pgmsg.core.sources import Worker
-from pgmsg.outbox import declarations, destinations
+from pgmsg.outbox import declarations, destinations, partitions
 from pgmsg.outbox.destinations.base import Envelope, Outcome
 
 logger = logging.getLogger("pgmsg.outbox")
@@ -58,6 +58,7 @@ class OutboxRelay:
         self._next_take = 0.0
         #: destination name -> (monotonic time of the next try, current backoff)
         self._down: dict[str, tuple[float, float]] = {}
+        self._maintenance = partitions.Maintenance()
 
     # -- the Source protocol -------------------------------------------------------------------
 
@@ -76,6 +77,7 @@ class OutboxRelay:
         return min(waits) if waits else None
 
     def process_batch(self, worker: Worker) -> int:
+        self.maintain(worker)
         self._take_partitions(worker)
         if not self.held or self._waiting_for(self.outbox.destination):
             return 0
@@ -196,6 +198,12 @@ class OutboxRelay:
         }
 
     # -- partitions ----------------------------------------------------------------------------
+
+    def maintain(self, worker: Worker) -> None:
+        """The outbox table's weekly partitions are shared by every outbox: the worker's first
+        relay makes them ahead and drops the emptied ones (outbox/partitions.py)."""
+        if self is next(s for s in worker.sources if isinstance(s, OutboxRelay)):
+            self._maintenance.maybe_run()
 
     def _take_partitions(self, worker: Worker) -> None:
         """Hold the candidate partitions nobody holds (session advisory locks).

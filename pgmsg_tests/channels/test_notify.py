@@ -4,8 +4,12 @@ import datetime as dt
 import uuid
 from decimal import Decimal
 
+import psycopg
 import pytest
-from django.db import connection, transaction
+from django.db import InternalError, connection, transaction
+from django.db.backends.utils import CursorWrapper
+from django.db.transaction import TransactionManagementError
+from django.test import override_settings
 
 import pgmsg
 from pgmsg.core import errors
@@ -131,3 +135,90 @@ def test_sql_producers_can_insert_rows_directly():
         )
     drain()
     assert effect_counts() == {"from-sql": 1}
+
+
+# -- notify() goes straight to psycopg's cursor, in Django's session and transaction ---------
+
+
+def test_an_execute_wrapper_sees_notify():
+    seen = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        pgmsg.notify(Work(key="w"))
+    assert any("pgmsg_send" in sql for sql in seen)
+
+
+@pytest.mark.parametrize("through_django", [True, False])
+def test_instrumentation_patching_djangos_cursor_sees_notify_when_asked(
+    monkeypatch, through_django
+):
+    seen = []
+    execute = CursorWrapper.execute
+
+    def patched(self, sql, params=None):
+        seen.append(sql)
+        return execute(self, sql, params)
+
+    monkeypatch.setattr(CursorWrapper, "execute", patched)
+    with override_settings(PGMSG={"SEND_THROUGH_DJANGO_CURSOR": through_django}):
+        pgmsg.notify(Work(key="w"))
+    assert any("pgmsg_send" in sql for sql in seen) is through_django
+    assert Notification.objects.count() == 1
+
+
+def test_notify_in_an_atomic_block_marked_for_rollback_raises_djangos_error():
+    class Boom(Exception):
+        pass
+
+    with transaction.atomic():
+        with pytest.raises(Boom), transaction.atomic(savepoint=False):
+            raise Boom
+        with pytest.raises(TransactionManagementError):
+            pgmsg.notify(Work(key="w"))
+    assert Notification.objects.count() == 0
+
+
+def test_a_database_error_from_notify_is_djangos():
+    with transaction.atomic():
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            connection.connection.execute("SELECT 1/0")  # behind Django's back
+        with pytest.raises(InternalError):  # "current transaction is aborted"
+            pgmsg.notify(Work(key="w"))
+        transaction.set_rollback(True)
+    pgmsg.notify(Work(key="after"))
+    assert list(Notification.objects.values_list("payload__key", flat=True)) == ["after"]
+
+
+def test_notify_follows_a_new_connection():
+    pgmsg.notify(Work(key="a"))
+    connection.close()
+    pgmsg.notify(Work(key="b"))
+    with transaction.atomic():
+        pgmsg.notify(Work(key="c"))
+        transaction.on_commit(lambda: pgmsg.notify(Work(key="d")))
+    drain()
+    assert effect_counts() == {"a": 1, "b": 1, "c": 1, "d": 1}
+
+
+def test_notify_is_prepared_where_django_lets_psycopg_prepare():
+    def prepared() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%pgmsg_send%'"
+            )
+            return cursor.fetchone()[0]
+
+    for _ in range(6):
+        pgmsg.notify(Work(key="w"))
+    assert prepared() == 0  # Django's default: no prepared statements (poolers)
+    connection.close()
+    connection.ensure_connection()
+    connection.connection.prepare_threshold = 1  # as OPTIONS {"prepare_threshold": 1} does
+    for _ in range(3):
+        pgmsg.notify(Work(key="w"))
+    assert prepared() == 1
+    assert Notification.objects.count() == 9

@@ -4,7 +4,7 @@ import pytest
 from django.test import override_settings
 
 import pgmsg
-from pgmsg.core import errors
+from pgmsg.core import errors, payloads
 from pgmsg.models import Notification, StoredEvent
 from pgmsg_tests.testapp.channels import Shout, Typed, Work
 from pgmsg_tests.testapp.events_handlers import Deposited, Step
@@ -64,3 +64,47 @@ def test_the_check_can_be_turned_off():
         "always_fail": False,
         "sleep": 0.0,
     }
+
+
+# -- the plain path: fields of exactly their JSON type skip the decode ---------------------
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        Work(key="ok"),
+        Work(key='quo"te \\ back \u00e9\u4e2d \U0001f600', fail_times=2**70, always_fail=True),
+        Work(key="", fail_times=-3, sleep=1e300),
+        Work(key="x", sleep=-0.0),
+    ],
+)
+def test_a_plain_message_is_stored_as_the_general_encoder_writes_it(message):
+    general = payloads._ENCODER.encode(message)  # the path of every other value
+    assert payloads.dumps_checked(Work, message, what="x") == general
+    assert payloads.dumps(message) == general
+    pgmsg.notify(message)
+    assert payloads.load(Work, Notification.objects.get().payload) == message
+
+
+@pytest.mark.parametrize(
+    "message",
+    [Work(key="x", fail_times=True), Work(key=5), Work(key="x", always_fail=1)],
+    ids=["bool for int", "int for str", "int for bool"],
+)
+def test_a_value_of_another_json_type_still_gets_the_full_check(message):
+    with pytest.raises(errors.PayloadError, match="cannot send on channel 'test.work'"):
+        pgmsg.notify(message)
+    assert Notification.objects.count() == 0
+
+
+def test_an_int_for_a_float_field_is_still_accepted():
+    pgmsg.notify(Work(key="x", sleep=1))
+    assert Notification.objects.get().payload["sleep"] == 1
+
+
+@pytest.mark.parametrize(
+    "message", [Work(key="x", sleep=float("nan")), Work(key="nul \x00")], ids=["nan", "nul"]
+)
+def test_what_jsonb_cannot_hold_is_refused_on_the_plain_path_too(message):
+    with pytest.raises(errors.PayloadError):
+        pgmsg.notify(message)

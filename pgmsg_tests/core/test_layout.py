@@ -129,3 +129,80 @@ def test_the_checker_sees_a_circle_when_there_is_one():
             raise AssertionError("a circle went unseen")
     finally:
         GRAPH["pgmsg.core.conf"].discard("pgmsg.core.worker")
+
+
+def private_uses(source: str, name: str) -> list[str]:
+    """Where a module reaches a private name (``_x``) of another pgmsg module: ``from
+    pgmsg.m import _x`` or ``m._x`` with ``m`` an imported pgmsg module."""
+    tree = ast.parse(source)
+    aliases: dict[str, str] = {}  # local name -> pgmsg module
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in MODULES and a.asname:
+                    aliases[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pgmsg"):
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    found.append(f"{name}: from {node.module} import {a.name}")
+                elif f"{node.module}.{a.name}" in MODULES:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and aliases[node.value.id] != name
+        ):
+            found.append(f"{name}: {aliases[node.value.id]}.{node.attr}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_names():
+    found = [use for name, path in MODULES.items() for use in private_uses(path.read_text(), name)]
+    assert not found, "private names used across modules:\n" + "\n".join(found)
+
+
+def test_the_checker_sees_a_private_name_used_across_modules():
+    source = (
+        "from pgmsg.events import store\n"
+        "from pgmsg.core.batch import _fast\n"
+        "def f():\n"
+        "    return store._cause\n"
+    )
+    assert private_uses(source, "pgmsg.x") == [
+        "pgmsg.x: from pgmsg.core.batch import _fast",
+        "pgmsg.x: pgmsg.events.store._cause",
+    ]
+
+
+def test_the_tests_mirror_the_package():
+    # pgmsg_tests/<folder>/ tests pgmsg/<folder>/; docs/ checks the documentation, scripts/ holds
+    # the programs process-level tests start, testapp/ and typecheck/ are fixtures.
+    tests = PACKAGE.parent / "pgmsg_tests"
+    apart = {"docs", "scripts", "testapp", "typecheck"}
+    folders = {p.name for p in tests.iterdir() if (p / "__init__.py").exists()} - apart
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    assert folders <= packages, f"test folders with no pgmsg package: {folders - packages}"
+    tested = {"core", "admin", "metrics", *(c.rpartition(".")[2] for c in CAPABILITIES)}
+    assert tested <= folders, f"pgmsg packages without a test folder: {tested - folders}"
+    scripts = [p.name for p in (tests / "scripts").glob("*.py") if p.name != "__init__.py"]
+    assert scripts and not [p for p in tests.rglob("test_*.py") if p.parent.name == "scripts"]
+
+
+def test_the_package_imports_no_development_or_test_code():
+    # pgmsg_dev (the embedded PostgreSQL) and pgmsg_tests are not installed with pgmsg.
+    wrong = sorted(
+        f"{name} imports {node.module or node.names[0].name}"
+        for name, path in MODULES.items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        and any(
+            (n or "").split(".")[0] in ("pgmsg_dev", "pgmsg_tests")
+            for n in [getattr(node, "module", None), *(a.name for a in node.names)]
+        )
+    )
+    assert not wrong, "\n".join(wrong)

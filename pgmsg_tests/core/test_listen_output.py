@@ -116,3 +116,28 @@ def test_autoreload_is_for_one_process():
 
     with pytest.raises(CommandError, match="--autoreload runs one process"):
         call_command("listen", "--autoreload", "--processes", "2")
+
+
+@pytest.mark.parametrize(
+    "how", ["Ctrl-C (SIGINT to the process group)", "SIGTERM to the command's process"]
+)
+def test_autoreload_stops_gracefully_and_says_so(tmp_path, how):
+    proc, out, err = start(tmp_path, "test.work", "--autoreload")
+    try:
+        wait_for(lambda: "autoreload" in out.read_text(), message="the start line")
+        pgmsg.notify(Work(key="one"))
+        wait_for(lambda: effect_counts().get("one"), message="handled")
+        if how.startswith("Ctrl-C"):
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        wait_for(lambda: listening() == 0, message="no worker left listening")
+    finally:
+        stop(proc)
+    start_line, stop_line = out.read_text().splitlines()
+    child = int(start_line.rsplit("pid ", 1)[1])
+    assert child != proc.pid  # the worker runs in the reloader's child
+    assert stop_line == f"pgmsg listen: stopped (pid {child}, 1 handled)"
+    # Nothing at INFO level at verbosity 1 (the reloader's lines were printed twice).
+    assert " INFO " not in err.read_text(), err.read_text()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import psycopg
 import pytest
 from django.db import connection
@@ -22,13 +24,17 @@ def connect(**kwargs) -> psycopg.Connection:
     return psycopg.connect(database_url(connection.settings_dict), **kwargs)
 
 
-def wakes_after(produce) -> list[str]:
-    """The wake payloads a listener receives for what ``produce(conn)`` commits.
+def wakes_after(produce, producer: psycopg.Connection | None = None) -> list[str]:
+    """The wake payloads a listener receives for what ``produce(conn)`` commits (on
+    ``producer``, a non-autocommit connection, or a new one).
 
     The same session then NOTIFYs a marker; notifications arrive in commit order, so reading
     up to the marker tells, without any timing, whether the producer's commit NOTIFYed.
     """
-    with connect(autocommit=True) as listener, connect() as producer:
+    with contextlib.ExitStack() as stack:
+        listener = stack.enter_context(connect(autocommit=True))
+        if producer is None:
+            producer = stack.enter_context(connect())
         listener.execute(f'LISTEN "{wake.WAKE_CHANNEL}"')
         with producer.transaction():
             produce(producer)
@@ -116,6 +122,20 @@ def test_a_worker_finds_a_row_whose_producer_committed_after_the_worker_went_idl
     wait_for(lambda: effect_counts() == {"w": 1}, timeout=60, message="row handled")
 
 
+def test_a_worker_finds_the_rows_a_transaction_sent_without_waking_again(workers):
+    """The same race with rows that skip the wake check: the first row's check ran before the
+    worker existed, the worker went idle, then pgmsg_send() added a row without a check of its
+    own (the channel was marked woken) and the transaction committed without NOTIFY. With a
+    sweep of 600 s, only the barrier, held by the first row's lock, can find both rows."""
+    with connect() as producer:
+        insert_work(producer)
+        workers.start("test.work", "--settings", "pgmsg_tests.testapp.inbox_settings")
+        wait_for(idle_declared, timeout=60, message="worker declared itself idle")
+        producer.execute("SELECT pgmsg_send('test.work', '{\"key\": \"v\"}')")
+        producer.commit()
+    wait_for(lambda: effect_counts() == {"w": 1, "v": 1}, timeout=60, message="rows handled")
+
+
 def idle_declared() -> bool:
     with connection.cursor() as cursor:
         cursor.execute(
@@ -132,3 +152,62 @@ def test_a_declaration_knows_when_its_connection_is_gone():
         idle.declare(worker.cursor())
         assert idle.held_by(worker)
     assert not idle.held_by(worker)
+
+
+# -- one wake per channel and transaction (the notification trigger and pgmsg_send) ----------
+
+
+def send_work(conn: psycopg.Connection) -> None:
+    conn.execute("SELECT pgmsg_send('test.work', '{\"key\": \"w\"}')")
+
+
+def test_a_second_row_of_a_channel_in_a_transaction_does_not_wake_again():
+    """The first row's wake check holds the producing lock until the commit, so a worker
+    that declares itself idle after it cannot sleep before the commit: later rows of the
+    transaction need no check of their own (the trigger's WHEN skips them)."""
+    with connect() as producer, connect(autocommit=True) as worker:
+        insert_work(producer)  # nobody idle: no NOTIFY at commit
+        idle = wake.IdleDeclaration(["test.work"])
+        assert idle.declare(worker.cursor()) is False, "the first row's lock holds the barrier"
+        insert_work(producer)
+        send_work(producer)
+        producer.commit()
+        assert idle.declare(worker.cursor()) is True  # the worker now looks: both rows are there
+    assert Notification.objects.count() == 3
+
+
+def test_a_rolled_back_savepoint_forgets_that_its_channel_was_woken():
+    """The mark that skips later rows is undone with the savepoint, as the lock it relies
+    on is: the next row checks again, and NOTIFYs for a worker that went idle meanwhile."""
+    with connect(autocommit=True) as worker:
+        idle = wake.IdleDeclaration(["test.work"])
+
+        def produce(conn):
+            with conn.transaction():  # a savepoint inside the producer's transaction
+                insert_work(conn)  # nobody idle yet: no NOTIFY
+                send_work(conn)
+                raise psycopg.Rollback
+            assert idle.declare(worker.cursor()) is True, "the savepoint's lock went with it"
+            send_work(conn)
+
+        assert wakes_after(produce) == ["test.work"]
+
+
+@pytest.mark.parametrize("produce", [insert_work, send_work], ids=["trigger", "pgmsg_send"])
+def test_every_new_transaction_of_a_session_checks_again(produce):
+    with connect(autocommit=True) as worker, connect() as producer:
+        assert wakes_after(produce, producer) == []
+        wake.IdleDeclaration(["test.work"]).declare(worker.cursor())
+        assert wakes_after(produce, producer) == ["test.work"]
+
+
+def test_notify_many_wakes_each_of_its_channels():
+    def produce(conn):
+        conn.execute(
+            "SELECT pgmsg_send_many(ARRAY['test.work', 'test.typed', 'test.work'], "
+            'ARRAY[\'{"key": "a"}\', \'{}\', \'{"key": "b"}\'])'
+        )
+
+    with connect(autocommit=True) as worker:
+        wake.IdleDeclaration(["test.work", "test.typed"]).declare(worker.cursor())
+        assert sorted(wakes_after(produce)) == ["test.typed", "test.work"]

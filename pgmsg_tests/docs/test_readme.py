@@ -130,3 +130,35 @@ def test_no_warning_that_is_not_the_users_from_a_manage_py_call():
     )
     assert done.returncode == 0, done.stderr
     assert "Warning" not in done.stderr, done.stderr
+
+
+def test_every_name_a_snippet_imports_from_the_project_is_declared_in_a_snippet():
+    # `from shop.models import Invoice` needs a `# shop/models.py` snippet that defines Invoice:
+    # otherwise the listeners module a newcomer copies fails at start-up (pgmsg imports it).
+    defined: dict[str, set[str]] = {}
+    for source in blocks("python"):
+        path = module_of(source)
+        if path:
+            tree = ast.parse(source)
+            names = {n.name for n in tree.body if isinstance(n, ast.ClassDef | ast.FunctionDef)}
+            names |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets}
+            defined.setdefault(path[:-3].replace("/", "."), set()).update(names)
+    missing = [
+        f"{node.module}.{alias.name}"
+        for source in blocks("python")
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("shop.")
+        for alias in node.names
+        if alias.name not in defined.get(node.module, set())
+    ]
+    assert not missing, f"imported in the README but declared in none of its snippets: {missing}"
+
+
+def test_no_message_tells_to_pip_install_pgmsg_from_pypi():
+    # pgmsg is not on PyPI: `pip install 'pgmsg[metrics]'` fails for whoever follows it.
+    offenders = sorted(
+        str(path.relative_to(ROOT / "pgmsg"))
+        for path in (ROOT / "pgmsg").rglob("*.py")
+        if re.search(r"pip install '?pgmsg\b", path.read_text())
+    )
+    assert not offenders, offenders

@@ -28,6 +28,11 @@ def read_plan(sub: pgmsg.Subscription, partition: int) -> str:
         "key_source": sub.key_source,
         "key": sub.key,
         "limit": 1000,
+        "floor": None,
+        "floor_xid": 0,
+        "floor_oids": [],
+        "floor_seals": [],
+        "floor_lowest": None,
     }
     with transaction.atomic(), connection.cursor() as cursor:
         subscriptions.ensure_partitions(sub, cursor)

@@ -1,5 +1,6 @@
 """Operators see how far each partition is behind the head and what it handled last."""
 
+import re
 from io import StringIO
 
 import pytest
@@ -43,3 +44,22 @@ def test_list_names_only_partitions_that_need_an_operator():
     out = StringIO()
     call_command("pgmsg_subscriptions", "list", stdout=out)
     assert out.getvalue().strip() == "no partition is stopped or retrying"
+
+
+def test_the_admin_partition_list_shows_the_lag_and_the_last_handled_position(client):
+    from django.contrib.auth.models import User
+
+    mine = partition_of("account-1", 2)
+    pgmsg.append("account-1", [Opened(owner="a"), Deposited(amount=1)])
+    drain_until("test-ledger", lambda: len(effects("sub.ledger")) == 1, message="1 deposit")
+    last = pgmsg.read_stream("account-1")[-1].position
+    pgmsg.append("account-1", [Deposited(amount=2)])
+
+    client.force_login(User.objects.create_superuser("root", password="pw"))
+    page = client.get("/admin/pgmsg/subscriptionpartition/?subscription=test-ledger")
+    html = page.content.decode()
+    assert "Behind the head" in html and "Last handled position" in html
+    behind = re.findall(r'<td class="field-behind">(.*?)</td>', html)
+    handled = re.findall(r'<td class="field-last_handled">(.*?)</td>', html)
+    assert behind[mine].startswith("1 event") and "s behind" in behind[mine]
+    assert handled[mine] == str(last) and handled[1 - mine] == "-"

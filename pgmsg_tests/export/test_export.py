@@ -376,7 +376,7 @@ def test_the_command_exports_and_prints_a_summary(spark, tmp_path, capsys):
 
 
 def test_blocks_end_on_row_boundaries_even_when_a_row_is_larger(tmp_path):
-    from pgmsg.export.source import read_range
+    from pgmsg.export.reading import read_range
 
     keys = ["a\nb", "x" * 50_000, '"', "", "ok"] * 3
     pgmsg.notify_many(Unheard(key=k) for k in keys)
@@ -413,7 +413,7 @@ def test_a_second_export_on_the_same_database_is_refused_while_one_runs(tmp_path
 
 
 def test_every_column_kind_reads_back_as_its_value_and_type(tmp_path):
-    from pgmsg.export.source import read_range
+    from pgmsg.export.reading import read_range
 
     with connection.cursor() as cursor:
         cursor.execute(
@@ -515,7 +515,7 @@ def test_every_column_kind_reads_back_as_its_value_and_type(tmp_path):
 def test_a_row_that_fails_mid_copy_fails_the_read_naming_the_table_and_the_reason(tmp_path):
     """The rows come straight from libpq: an error PostgreSQL raises after sending some rows
     must still fail the read (not end it early, silently short of rows)."""
-    from pgmsg.export.source import SourceError, read_range
+    from pgmsg.export.reading import SourceError, read_range
 
     with connection.cursor() as cursor:
         cursor.execute(

@@ -19,16 +19,7 @@ from pgmsg_tests.conftest import wait_for
 from pgmsg_tests.outbox.helpers import make_due_now, relay, rows
 from pgmsg_tests.testapp import outbox_declarations as decl
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def recorder(monkeypatch, tmp_path):
-    decl.RECORDED.clear()
-    monkeypatch.delenv("PGMSG_TEST_RECORD", raising=False)
-    monkeypatch.setenv("PGMSG_TEST_UNAVAILABLE", str(tmp_path / "down"))
-    yield decl.RECORDED
-    decl.RECORDED.clear()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("recorder")]
 
 
 def sent(recorded):

@@ -11,10 +11,9 @@ import logging
 import os
 
 from django.core.management.base import BaseCommand, CommandError
-from django.utils import autoreload as django_autoreload
 
 from pgmsg.channels import declarations as channels
-from pgmsg.core import errors, signals
+from pgmsg.core import errors, reloader, signals
 from pgmsg.core.supervisor import Supervisor
 from pgmsg.core.worker import Worker
 from pgmsg.metrics import exporter
@@ -114,9 +113,14 @@ class Command(BaseCommand):
             and not logging.getLogger("pgmsg").handlers
             and not logging.getLogger().handlers
         ):
+            level = logging.INFO if options["verbosity"] >= 2 else logging.WARNING
+            # The handler's own level too: records of loggers Django configured (e.g. the
+            # autoreloader's INFO lines) propagate here past the root logger's level, and
+            # were printed twice.
+            handler = logging.StreamHandler()
+            handler.setLevel(level)
             logging.basicConfig(
-                level=logging.INFO if options["verbosity"] >= 2 else logging.WARNING,
-                format="%(asctime)s %(levelname)s %(message)s",
+                level=level, format="%(asctime)s %(levelname)s %(message)s", handlers=[handler]
             )
 
         share = _parse_partition(partition) if partition else None
@@ -149,14 +153,20 @@ class Command(BaseCommand):
                 exporter.serve(metrics_port, metrics_address)
                 self.stdout.write(f"pgmsg: metrics on http://{metrics_address}:{metrics_port}/")
             if autoreload:
-                # The reloader runs the worker in a thread of a child process (signals belong
-                # to the main thread there) and restarts that process when a file changes.
-                def run_reloaded() -> None:
-                    if talk:
-                        self.stdout.write(f"pgmsg listen (autoreload): {summary}")
-                    make_worker(install_signal_handlers=False).run()
-
-                django_autoreload.run_with_reloader(run_reloaded)
+                # A parent restarts a child when a file changes; the child prints the lines.
+                if not reloader.in_child():
+                    code = reloader.run_parent()
+                    if code:
+                        raise CommandError(f"the worker exited with status {code}", returncode=code)
+                    return
+                if talk:
+                    self.stdout.write(f"pgmsg listen (autoreload): {summary}")
+                worker = make_worker(install_signal_handlers=False)
+                reloader.run_child(worker.run, worker.stop)
+                if talk:
+                    self.stdout.write(
+                        f"pgmsg listen: stopped (pid {os.getpid()}, {worker.handled} handled)"
+                    )
                 return
             if talk:
                 self.stdout.write(f"pgmsg listen: {summary}")

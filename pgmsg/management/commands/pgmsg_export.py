@@ -6,13 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from pgmsg.core import errors
 from pgmsg.export import follow, planning, run, tables
-
-
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise ValueError(text)
-    return key, value
+from pgmsg.management import spark_options
 
 
 class Command(BaseCommand):
@@ -29,17 +23,7 @@ class Command(BaseCommand):
             metavar="TABLE",
             help=f"any of {', '.join(sorted(tables.registered()))} (default: each that exists)",
         )
-        parser.add_argument(
-            "--master", help="Spark master URL (default: PGMSG EXPORT_SPARK_MASTER, local[*])"
-        )
-        parser.add_argument(
-            "--conf",
-            action="append",
-            type=_key_value,
-            default=[],
-            metavar="KEY=VALUE",
-            help="Spark configuration, repeatable",
-        )
+        spark_options.add_spark_options(parser)
         parser.add_argument(
             "--partitions",
             type=int,

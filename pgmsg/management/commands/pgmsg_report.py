@@ -8,13 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from pgmsg.core import conf, errors
 from pgmsg.export import report
-
-
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise ValueError(text)
-    return key, value
+from pgmsg.management import spark_options
 
 
 class Command(BaseCommand):
@@ -29,12 +23,7 @@ class Command(BaseCommand):
             "--since", type=dt.date.fromisoformat, help="only messages from this day (YYYY-MM-DD)"
         )
         parser.add_argument("--output", default="pgmsg-report.html", help="the HTML file to write")
-        parser.add_argument(
-            "--master", help="Spark master URL (default: PGMSG EXPORT_SPARK_MASTER, local[*])"
-        )
-        parser.add_argument(
-            "--conf", action="append", type=_key_value, default=[], metavar="KEY=VALUE"
-        )
+        spark_options.add_spark_options(parser)
 
     def handle(self, *args, **options):
         try:

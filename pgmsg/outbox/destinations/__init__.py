@@ -84,7 +84,7 @@ def _module(name: str, value: object):
     except ImportError as exc:
         raise errors.UnknownDestination(
             f"destination {name!r} needs the {package!r} package ({exc}); "
-            "install pgmsg's outbox extra: pip install 'pgmsg[outbox]'"
+            f"pip install {package} (or the checkout with its extra: './pgmsg[outbox]')"
         ) from exc
 
 

@@ -1,0 +1,1 @@
+"""Tests of pgmsg/admin/ (through the test client, and in a browser)."""

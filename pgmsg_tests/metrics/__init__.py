@@ -1,0 +1,1 @@
+"""Tests of pgmsg/metrics/ (the overview, the Prometheus collector and exporter)."""
