@@ -33,8 +33,6 @@ from pgmsg.outbox import declarations, slots
 from pgmsg.outbox.destinations.base import Envelope
 from pgmsg.outbox.relay import OutboxRelay
 
-#: SQLSTATE object_in_use: the slot is being read by another session right now.
-SLOT_IN_USE = "55006"
 #: Peeks tried while the slot is busy before the relay leaves it to its next round.
 SLOT_BUSY_TRIES = 5
 
@@ -185,7 +183,7 @@ class LogicalRelay(OutboxRelay):
                     cursor.execute(QUERIES["peek"], {"slot": self.slot, "limit": worker.batch_size})
                     break
                 except DatabaseError as exc:
-                    if getattr(exc.__cause__, "sqlstate", None) != SLOT_IN_USE:
+                    if getattr(exc.__cause__, "sqlstate", None) != slots.SLOT_IN_USE:
                         self._raise_if_lost(db)  # invalidated while the relay ran
                         raise
                     # Another session reads the slot this instant (health's look at the

@@ -227,8 +227,9 @@ outbox_health = health
 
 def unrelayed_messages(outbox: str, *, using: str | None = None) -> list:
     """The messages a logical outbox's slot holds that its relay has not confirmed (envelopes,
-    in commit order): what dropping the slot would lose. Reads the slot (so not while a relay
-    peeks it); raises ReplicationSlotLost when the slot was invalidated (they cannot be read)."""
+    in commit order): what dropping the slot would lose. Reads the slot under the outbox's
+    relay lock: raises ReplicationSlotInUse while a relay holds the outbox or another session
+    reads the slot, ReplicationSlotLost when the slot was invalidated (they cannot be read)."""
     from pgmsg.outbox import logical  # the relay's modules load only where they are used
 
     using = using or conf.get().DATABASE
@@ -238,7 +239,16 @@ def unrelayed_messages(outbox: str, *, using: str | None = None) -> list:
     if found.lost:
         raise slots.lost_error(outbox, found)
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
-        cursor.execute(SLOT_QUERIES["peek"], {"slot": found.slot, "limit": None})
+        slots.lock_out_relays(cursor, outbox, found)
+        try:
+            cursor.execute(SLOT_QUERIES["peek"], {"slot": found.slot, "limit": None})
+        except DatabaseError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != slots.SLOT_IN_USE:
+                raise
+            raise errors.ReplicationSlotInUse(
+                f"a session is reading the slot {found.slot!r} of outbox {outbox!r} right now "
+                "(health's look, or a peek by hand): try again"
+            ) from exc
         transactions = logical.decode(cursor.fetchall(), outbox)
     return [e for _, messages in transactions for e in messages]
 

@@ -16,6 +16,9 @@ from pgmsg.core import errors, sql
 
 QUERIES = sql.load(__package__, "logical.sql")
 
+#: SQLSTATE object_in_use: the slot is being read by another session right now.
+SLOT_IN_USE = "55006"
+
 #: pgoutput's timestamps count microseconds from this epoch.
 PG_EPOCH = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
 
@@ -127,6 +130,21 @@ def lost_error(outbox: str, found: SlotState) -> errors.ReplicationSlotLost:
     )
 
 
+def lock_out_relays(cursor, outbox: str, found: SlotState) -> None:
+    """Take ``outbox``'s relay lock for the rest of the transaction, so that no relay starts
+    reading its slot meanwhile; raise ReplicationSlotInUse, naming it, when a relay holds it."""
+    cursor.execute(QUERIES["lock_outbox"], {"outbox": outbox})
+    if cursor.fetchone()[0]:
+        return
+    cursor.execute(QUERIES["relay_holder"], {"outbox": outbox})
+    holder = cursor.fetchone()
+    who = f" (backend pid {holder[0]}, client {holder[2] or 'local'})" if holder else ""
+    raise errors.ReplicationSlotInUse(
+        f"a relay holds outbox {outbox!r}{who}: stop its `manage.py listen` first, "
+        f"then drop the slot {found.slot!r}"
+    )
+
+
 def drop_unless_relayed(outbox: str, *, using: str) -> SlotState:
     """Drop ``outbox``'s slot unless a relay holds the outbox or a session reads the slot;
     return the slot's state just before. The outbox's relay lock is held while dropping, so no
@@ -138,15 +156,7 @@ def drop_unless_relayed(outbox: str, *, using: str) -> SlotState:
                 f"outbox {outbox!r} has no replication slot "
                 f"({slot_name(outbox, using=using)!r}) in this database: nothing to drop"
             )
-        cursor.execute(QUERIES["lock_outbox"], {"outbox": outbox})
-        if not cursor.fetchone()[0]:
-            cursor.execute(QUERIES["relay_holder"], {"outbox": outbox})
-            holder = cursor.fetchone()
-            who = f" (backend pid {holder[0]}, client {holder[2] or 'local'})" if holder else ""
-            raise errors.ReplicationSlotInUse(
-                f"a relay holds outbox {outbox!r}{who}: stop its `manage.py listen` first, "
-                f"then drop the slot {found.slot!r}"
-            )
+        lock_out_relays(cursor, outbox, found)
         cursor.execute(QUERIES["drop_slot"], {"slot": found.slot})
         if cursor.fetchone() is None:
             raise errors.ReplicationSlotInUse(

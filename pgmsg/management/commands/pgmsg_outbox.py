@@ -120,9 +120,7 @@ class Command(BaseCommand):
                     "in your own records"
                 )
             )
-        elif found.active:
-            raise CommandError(f"a session is reading slot {found.slot} now: try again")
-        else:
+        else:  # refused, naming it, while a relay holds the outbox
             unrelayed = outbox_ops.unrelayed_messages(name)
             self.stdout.write(f"{len(unrelayed)} unrelayed message(s) would be lost with it")
             for e in unrelayed:
