@@ -160,6 +160,14 @@ def test_the_command_lists_replays_and_discards_dead_letters(capsys):
     assert '"status": "healthy"' in capsys.readouterr().out
 
 
+def test_status_says_so_when_no_outbox_is_declared(monkeypatch, capsys):
+    from pgmsg.outbox import declarations
+
+    monkeypatch.setattr(declarations.registry, "outboxes", {})
+    call_command("pgmsg_outbox", "status")
+    assert "no outbox is declared" in capsys.readouterr().out
+
+
 def decl_settings():
     from django.conf import settings
 

@@ -90,6 +90,11 @@ class Command(BaseCommand):
                 "outboxes": {h.outbox: h.as_dict() for h in rows},
             }
             self.stdout.write(_json(data))
+        elif not rows:
+            self.stdout.write(
+                "no outbox is declared: declare one with pgmsg.Outbox(...) in a module your "
+                "apps import (docs/outbox.md)"
+            )
         else:
             for h in rows:
                 style = self.style.ERROR if h.status == outbox_ops.DEGRADED else self.style.SUCCESS
