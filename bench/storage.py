@@ -133,6 +133,10 @@ def load_events(url: str, start: int, stop: int, total: int) -> float:
         conn.execute(f"ALTER TABLE pgmsg_event ENABLE TRIGGER {FIRST_APPEND}")
         conn.execute("VACUUM ANALYZE pgmsg_event")
         conn.execute("VACUUM ANALYZE pgmsg_event_key")
+        # Flush the load's dirty pages now: the steps measure a store that has run for a while,
+        # not one whose bulk write is still being checkpointed under the appends (timed after
+        # a 10M load without it, 100-event appends ran 37 % slower for the first minutes).
+        conn.execute("CHECKPOINT")
     return time.perf_counter() - t
 
 

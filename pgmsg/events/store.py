@@ -19,6 +19,7 @@ from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from pgmsg.core import batch, conf, errors, names, payloads, sql
+from pgmsg.core.ids import uuid7
 
 logger = logging.getLogger(__name__)
 
@@ -67,15 +68,16 @@ class Event:
 
     ``type`` (default: the class name) is stored beside the JSON data and names the class when
     the event is read back, so keep it stable when the class moves or is renamed. Every
-    instance has a ``message_id`` (a new UUID unless given: give the same id to make a retried
-    append idempotent) and ``metadata`` (``correlation_id``, ``causation_id``, anything else
-    JSON can hold); both are keyword-only and kept out of the data.
+    instance has a ``message_id`` (a new time-ordered UUID, version 7, unless given: give the
+    same id to make a retried append idempotent) and ``metadata`` (``correlation_id``,
+    ``causation_id``, anything else JSON can hold); both are keyword-only and kept out of the
+    data.
     """
 
     pgmsg_type: ClassVar[str]
 
     message_id: uuid.UUID = dataclasses.field(
-        default_factory=uuid.uuid4, kw_only=True, compare=False, repr=False
+        default_factory=uuid7, kw_only=True, compare=False, repr=False
     )
     metadata: dict[str, Any] = dataclasses.field(
         default_factory=dict, kw_only=True, compare=False, repr=False

@@ -12,6 +12,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
 
 from pgmsg.core import conf, errors, names, payloads, sql
+from pgmsg.core.ids import uuid7
 from pgmsg.outbox import slots
 
 QUERIES = sql.load(__package__, "outbox.sql")
@@ -347,7 +348,7 @@ def _row(message, payload, type_, topic, key, headers, message_id) -> dict[str, 
     if key is not None:
         _check_text("key", key, outbox.name)
     if message_id is None:
-        message_id = str(uuid.uuid4())
+        message_id = str(uuid7())
     elif isinstance(message_id, uuid.UUID):
         message_id = str(message_id)
     _check_text("message_id", message_id, outbox.name)
