@@ -54,16 +54,32 @@ def run_parent() -> int:
             return code
 
 
+class StopOnce:
+    """The child's stop-signal handler: stop the worker and the reloader, once.
+
+    Ctrl-C reaches the child twice at once (SIGINT to the process group, then the SIGTERM its
+    parent forwards), and Python may run the second handler inside the first. The reloader's
+    stop() sets a threading.Event, whose lock is not reentrant: a second set() entered while
+    the first holds that lock waits for ever (seen once in CI: the child never stopped).
+    """
+
+    def __init__(self, stop: Callable[[], None], reloader: autoreload.BaseReloader) -> None:
+        self.stop, self.reloader, self.done = stop, reloader, False
+
+    def __call__(self, signum=None, frame=None) -> None:
+        if self.done:
+            return
+        self.done = True  # before the Event's lock is taken: a nested call returns above
+        self.stop()
+        self.reloader.stop()
+
+
 def run_child(run: Callable[[], None], stop: Callable[[], None]) -> None:
     """Run ``run`` (a worker's run) in a thread while the reloader watches the files; return
     once a stop signal made ``stop`` end it. A changed file ends the process with status 3,
     after the worker stopped the same way."""
     reloader = autoreload.get_reloader()
-
-    def on_signal(signum=None, frame=None) -> None:
-        stop()
-        reloader.stop()
-
+    on_signal = StopOnce(stop, reloader)
     for signum in signals.STOP_SIGNALS:
         signal.signal(signum, on_signal)
     if signals.received():
