@@ -199,6 +199,16 @@ def test_a_run_killed_midway_drops_nothing_and_a_rerun_finishes(spark, tmp_path)
     assert spread["oldest"][0] in _partition_names()
     assert _all_rows() == everything
 
+    # The killed run's backend lets go of the archive lock once the server sees it gone.
+    def lock_free() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT NOT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' "
+                "AND classid = 1885826372 AND objid = 0 AND objsubid = 2)"
+            )
+            return cursor.fetchone()[0]
+
+    wait_for(lock_free, message="the killed run's archive lock is released")
     archive.archive(spread["before"], str(tmp_path), spark=spark)
     in_parquet = _parquet_rows(tmp_path / spread["oldest"][0]) | _parquet_rows(
         tmp_path / spread["older"][0]
