@@ -116,8 +116,11 @@ _PASS_THROUGH = {str: (str,), int: (int,), bool: (bool,), float: (float,)}
 
 
 @cache
-def _plan(cls: type) -> tuple[frozenset, frozenset, dict[str, tuple[Any, tuple]]]:
-    """Per dataclass, computed once: field names, required names, and (hint, pass-through)."""
+def _plan(
+    cls: type,
+) -> tuple[frozenset, frozenset, dict[str, tuple[Any, tuple]], dict[str, tuple]]:
+    """Per dataclass, computed once: field names, required names, (hint, pass-through) and
+    the pass-through types alone, by field name."""
     hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     required = frozenset(
@@ -129,14 +132,23 @@ def _plan(cls: type) -> tuple[frozenset, frozenset, dict[str, tuple[Any, tuple]]
         frozenset(fields),
         required,
         {name: (hints[name], _PASS_THROUGH.get(hints[name], ())) for name in fields},
+        {name: _PASS_THROUGH.get(hints[name], ()) for name in fields},
     )
 
 
 def _load_dataclass(cls: type, value: Any, path: str, given: dict | None = None) -> Any:
     if not isinstance(value, dict):
         raise errors.PayloadError(f"{path}: expected a JSON object, got {value!r}")
-    names, required, fields = _plan(cls)
+    names, required, fields, exact = _plan(cls)
     keys = value.keys()
+    if names >= keys and keys >= required:
+        # Every value already of its field's exact type (the usual case): the decoded dict
+        # is the constructor's arguments as it is.
+        for key, item in value.items():
+            if type(item) not in exact[key]:
+                break
+        else:
+            return cls(**{**value, **given}) if given else cls(**value)
     if not (names >= keys and keys >= required):
         unknown = sorted(set(value) - names)
         missing = [name for name in fields if name in required and name not in keys]

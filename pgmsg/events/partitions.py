@@ -169,4 +169,21 @@ class Maintenance:
         self._next = now + CHECK_INTERVAL
         ensure_partitions()
         seal_partitions()
+        analyze_new_months()
         return True
+
+
+def analyze_new_months() -> list[str]:
+    """ANALYZE the months that hold events but were never analyzed (autovacuum off, or not
+    yet come round): without statistics the planner guesses a partition's bucket holds a
+    handful of events and sorts where it should read the index in order (subscriptions.py,
+    ensure_partition_index). Returns the names analyzed."""
+    database = conf.get().DATABASE
+    with transaction.atomic(using=database), connections[database].cursor() as cursor:
+        cursor.execute(QUERIES["never_analyzed"])
+        names = [row[0] for row in cursor.fetchall()]
+        for name in names:
+            cursor.execute(pgsql.SQL("ANALYZE {}").format(pgsql.Identifier(name)))
+    if names:
+        logger.info("pgmsg: analyzed event partitions %s", names)
+    return names

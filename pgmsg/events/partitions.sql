@@ -47,3 +47,14 @@ SELECT coalesce(
 -- insert that would fails): subscription reads rely on it to skip the partition (NOT VALID:
 -- the rows there were checked under the lock above, no scan needed).
 ALTER TABLE {partition} ADD CONSTRAINT {name} CHECK (transaction_id < {bound}::xid8) NOT VALID;
+
+-- name: never_analyzed
+-- Partitions of the event store (the default one too) that hold rows and were never analyzed.
+SELECT c.relname
+FROM pg_inherits AS i
+JOIN pg_class AS c ON c.oid = i.inhrelid
+JOIN pg_stat_user_tables AS t ON t.relid = c.oid
+WHERE i.inhparent = 'pgmsg_event'::regclass
+  AND t.last_analyze IS NULL AND t.last_autoanalyze IS NULL
+  AND t.n_tup_ins > 0
+ORDER BY c.relname;

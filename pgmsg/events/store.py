@@ -10,7 +10,7 @@ import json
 import logging
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, NamedTuple, dataclass_transform
 
 import psycopg
@@ -187,7 +187,6 @@ class Checkpoint(NamedTuple):
 #: Before the first event.
 START = Checkpoint(0, 0)
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # json's C scanner without json.loads' Python wrapper (two whitespace regex matches per call,
 # a third of its time on an event's data): jsonb's text form has no surrounding whitespace.
 _scan_json = json.JSONDecoder().scan_once
@@ -261,12 +260,14 @@ class RecordedEvent:
     def from_rows(cls, rows: Iterable[tuple]) -> list[RecordedEvent]:
         """RecordedEvents of rows selected as read_ordered selects them."""
         # The time comes as microseconds since the epoch: a tenth of the cost of parsing the
-        # text form, paid once per event read.
+        # text form, paid once per event read. fromtimestamp(us / 1e6) is exact: the float's
+        # error (under 0.12 us until the year 2242) is rounded away to the microsecond, and it
+        # takes half the time of adding a timedelta to the epoch.
         naive = not settings.USE_TZ
-        loads, epoch, delta = _json_of, _EPOCH, dt.timedelta
+        loads, at, utc = _json_of, dt.datetime.fromtimestamp, dt.UTC
         out = []
         for position, xid, stream, version, type_, data, metadata, message_id, us in rows:
-            recorded_at = epoch + delta(microseconds=us)
+            recorded_at = at(us / 1e6, utc)
             out.append(
                 cls(
                     position,
@@ -294,6 +295,16 @@ _cause: contextvars.ContextVar[RecordedEvent | None] = contextvars.ContextVar(
 def caused_by(recorded: RecordedEvent):
     """Within the block, events appended record ``recorded`` as their cause."""
     return batch.bound(_cause, recorded)
+
+
+def call_caused_by(func: Callable[[RecordedEvent], Any], recorded: RecordedEvent) -> None:
+    """``func(recorded)`` with ``recorded`` as the cause of events it appends: caused_by
+    without a context manager, for the subscription's once-per-event path."""
+    token = _cause.set(recorded)
+    try:
+        func(recorded)
+    finally:
+        _cause.reset(token)
 
 
 def append(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 
 from django.db import connections, transaction
@@ -48,6 +49,10 @@ class SubscriptionSource:
         # The last batch filled a partition's read: more is waiting, so the next batch skips
         # the look for idle partitions (two round trips) and goes to the partitions at once.
         self._busy = False
+        # The horizon of the last round when every partition of it filled its read: none
+        # reached it, so the next round may read below it again without asking the server
+        # (a horizon stays valid; reading it looks at every session, about 1 ms).
+        self._full_horizon: int | None = None
         self._maintenance = store_partitions.Maintenance()
         # Read floors (events/partitions.py): the months and their seals as last read, and each
         # partition's checkpoint as last seen. Either may be stale: the read statement checks
@@ -56,6 +61,9 @@ class SubscriptionSource:
         self._seen: dict[int, int] = {}
         #: Periodic archive runs (PGMSG ARCHIVE_INTERVAL), started by the worker's first source.
         self.archive = periodic.PeriodicArchive()
+        #: Run for each event: the subscription's handlers, with the event as the cause of
+        #: what they append (a partial: one Python frame less per event).
+        self._handle_event = functools.partial(events.call_caused_by, sub.dispatch)
         # The event trigger wakes "events:<category>" with "events" as its scope, so a
         # subscription to every category declares itself idle for "events".
         category = sub.category
@@ -90,16 +98,19 @@ class SubscriptionSource:
                 self._months = store_partitions.ranges(cursor)
             # One horizon for every partition of this round: read in an earlier statement
             # than each partition's read, so every transaction below it has ended by then.
-            xmin = reads.read_horizon(cursor)
+            xmin = self._full_horizon or reads.read_horizon(cursor)
             due = self.mine if self._busy else self._due_or_advance(cursor, xmin)
-        claimed, busy = 0, False
+        claimed, full = 0, 0
         for partition in due:
             if worker.stopping:
                 break
             read = self._process_partition(worker, partition, xmin)
             claimed += read
-            busy = busy or read >= worker.batch_size
-        self._busy = busy
+            full += read >= worker.batch_size
+        self._busy = full > 0
+        # Only when all were full: a partition that reached the horizon must see a new one
+        # next round, not wait for the others' backlog.
+        self._full_horizon = xmin if due and full == len(self.mine) else None
         return claimed
 
     def _due_or_advance(self, cursor, xmin: int) -> list[int]:
@@ -199,7 +210,7 @@ class SubscriptionSource:
                 worker,
                 run,
                 delivery=delivery,
-                handle=self._handle,
+                handle=self._handle_event,
                 group=lambda _: partition,
                 after_handlers=pipelined,
             )
@@ -336,10 +347,6 @@ class SubscriptionSource:
             return run, None
         claims.narrow(worker, CLAIM_KIND, keys[:1], xid)
         return read[:1], suspect
-
-    def _handle(self, recorded: RecordedEvent) -> None:
-        with events.caused_by(recorded):
-            self.sub.dispatch(recorded)
 
 
 def worker_sources(options: sources.SourceOptions) -> list[SubscriptionSource]:

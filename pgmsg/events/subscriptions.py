@@ -250,3 +250,8 @@ def ensure_partition_index(sub: Subscription, cursor) -> None:
         return
     cursor.execute(QUERIES["lock_partition_indexes"])
     cursor.execute(statement)
+    # The planner knows how many events a bucket holds only from statistics of the index's
+    # expression, which only ANALYZE gathers. Without them it guesses a handful, sorts instead
+    # of reading the index in order, and each batch reads the partition's whole backlog: a
+    # 1,000-event read took 15 ms instead of 3 on 100,000 events (bench/events.py).
+    cursor.execute(QUERIES["analyze_events"])

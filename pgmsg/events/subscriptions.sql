@@ -30,6 +30,10 @@ SELECT pg_advisory_xact_lock(1885826371, 0);
 CREATE INDEX IF NOT EXISTS {name} ON pgmsg_event
     ({leading}abs(mod(hashtextextended({key}, 0), {partitions})), transaction_id, position);
 
+-- name: analyze_events
+-- Statistics of every month's events, with the expressions of the partition indexes.
+ANALYZE pgmsg_event;
+
 -- name: due_partitions
 -- Partitions worth a look, with their checkpoints (no lock here: lock_partition decides), and
 -- whether archived events lie after the checkpoint (pgmsg_archive --force): such a partition
@@ -55,7 +59,8 @@ ORDER BY p.partition;
 -- same way so that the partition's index (create_partition_index) serves the read. Sixth
 -- column: the first archive (pgmsg_archive --force) holding events after the checkpoint, as
 -- "partition (archived to path)", NULL when none: such a partition must stop there rather
--- than pass over them.
+-- than pass over them. It is looked up in "held", once: in the outer select list it ran once
+-- per event returned (1.6 ms of a 5.4 ms read of 1,000 events).
 -- %(floor)s (NULL: none): read only months from this recorded_at on, which PostgreSQL prunes
 -- at planning (the value is a literal: Django binds on the client), skipping sealed months
 -- wholly below the checkpoint (events/partitions.py). Seventh column: whether the floor holds
@@ -66,6 +71,12 @@ ORDER BY p.partition;
 WITH held AS (
     SELECT p.id, p.checkpoint_transaction, p.checkpoint_position, p.attempts,
            pg_current_xact_id()::text::bigint AS xid,
+           (SELECT a.partition || ' (archived to ' || a.path || ')' FROM pgmsg_archive AS a
+            WHERE a.status = 'archived' AND a.end_transaction_id IS NOT NULL
+              AND (a.end_transaction_id, a.end_position)
+                  > (p.checkpoint_transaction, p.checkpoint_position)
+            ORDER BY a.lower
+            LIMIT 1) AS archived,
            (%(floor)s::timestamptz IS NULL
             OR (p.checkpoint_transaction >= %(floor_xid)s::bigint
                 AND (SELECT count(*) FROM pg_constraint AS c
@@ -82,13 +93,7 @@ WITH held AS (
     FOR UPDATE SKIP LOCKED
 )
 SELECT held.id, held.checkpoint_transaction, held.checkpoint_position, held.attempts, held.xid,
-       (SELECT a.partition || ' (archived to ' || a.path || ')' FROM pgmsg_archive AS a
-        WHERE a.status = 'archived' AND a.end_transaction_id IS NOT NULL
-          AND (a.end_transaction_id, a.end_position)
-              > (held.checkpoint_transaction, held.checkpoint_position)
-        ORDER BY a.lower
-        LIMIT 1) AS archived,
-       held.floor_ok,
+       held.archived, held.floor_ok,
        e.*
 FROM held LEFT JOIN LATERAL (
     SELECT position, transaction_id::text AS xid, stream_name, version, type, data::text,

@@ -34,6 +34,7 @@ FRAGMENTS = {
 #: EXPLAIN cannot take: the partition and retention tests run them for real.
 NOT_EXPLAINABLE = {
     ("partitions.sql", "create_partition"),
+    ("subscriptions.sql", "analyze_events"),
     ("partitions.sql", "drop_partition"),
     ("partitions.sql", "lock_timeout"),
     ("partitions.sql", "lock_for_seal"),

@@ -97,3 +97,37 @@ def test_a_subscription_worker_makes_the_months_ahead_itself():
     with connection.cursor() as cursor:
         names = {p.name for p in partitions.partitions(cursor, TABLE)}
     assert set(dropped) <= names
+
+
+def test_maintenance_analyzes_a_month_that_holds_events_but_was_never_analyzed():
+    from pgmsg.events import partitions as event_partitions
+
+    today = dt.datetime.now(dt.UTC)
+    start = dt.datetime(today.year - 3, today.month, 1, tzinfo=dt.UTC)
+    end = dt.datetime(today.year - 3 + (today.month == 12), today.month % 12 + 1, 1, tzinfo=dt.UTC)
+    name = f"{TABLE}_p{start:%Y%m}"
+    with transaction.atomic(), connection.cursor() as cursor:
+        partitions.create(cursor, TABLE, name, start, end)
+    try:
+        pgmsg.append("account-9", [Deposited(amount=Decimal(i)) for i in range(3)])
+        StoredEvent.objects.filter(stream_name="account-9").update(
+            recorded_at=start + dt.timedelta(days=1)
+        )
+        assert _partition_of("account-9") == [name] * 3
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_force_next_flush()")
+        connection.close()  # a session's table counts reach the shared statistics at its end
+
+        assert name in event_partitions.analyze_new_months()
+
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT last_analyze IS NOT NULL FROM pg_stat_user_tables WHERE relname = %s",
+                [name],
+            )
+            assert cursor.fetchone() == (True,)
+        assert name not in event_partitions.analyze_new_months()
+    finally:
+        StoredEvent.objects.filter(stream_name="account-9").delete()
+        with transaction.atomic(), connection.cursor() as cursor:
+            partitions.drop(cursor, name)
