@@ -32,7 +32,7 @@ MAX_STREAM_NAME_LENGTH = 200
 _CATEGORY_RE = re.compile(r"^[a-z][a-z0-9_.]*$")
 _STREAM_ID_RE = re.compile(r"^[A-Za-z0-9_.:@+=~-]+$")
 _TYPE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.]*$")
-_ENVELOPE_FIELDS = ("message_id", "metadata")
+_ENVELOPE_FIELDS = frozenset(("message_id", "metadata"))
 
 
 class Expect(enum.Enum):
@@ -128,13 +128,11 @@ def event_class(type_name: str) -> type[Event]:
         ) from None
 
 
-def _data_of(event: Event) -> str:
-    return payloads.dumps(
-        {
-            f.name: getattr(event, f.name)
-            for f in dataclasses.fields(event)
-            if f.name not in _ENVELOPE_FIELDS
-        }
+def _data_of(event: Event, *, check: bool, what: str) -> str:
+    """The event's data as JSON (its fields but the envelope's), checked to decode back into
+    its class when ``check`` (a PayloadError naming ``what`` if not)."""
+    return payloads.dumps_checked(
+        type(event), event, what=what, skip=_ENVELOPE_FIELDS, check=check
     )
 
 
@@ -342,11 +340,13 @@ def append(
         if cause is not None and "causation_id" not in event.metadata:
             event.follows(cause)
         types.append(event.pgmsg_type)
-        data.append(_data_of(event))
-        if validate:
-            payloads.check_decodes(
-                type(event), data[-1], what=f"cannot append {event.pgmsg_type!r} to {stream!r}"
+        data.append(
+            _data_of(
+                event,
+                check=validate,
+                what=f"cannot append {event.pgmsg_type!r} to {stream!r}",
             )
+        )
         metadata.append(payloads.dumps(event.metadata) if event.metadata else "{}")
         ids.append(_message_id(event))
     if len(set(ids)) != len(ids):
