@@ -34,8 +34,8 @@ class StoredEvent(models.Model):
     can be archived to Parquet and dropped: its primary key in the database is
     ``(position, recorded_at)``. PostgreSQL has no unique index across partitions that leaves
     the partition key out: a stream's versions stay unique because every append holds the
-    stream's row lock while it numbers them, and message ids by the first-append trigger and
-    the key table (EventKey).
+    stream's row lock while it numbers them, and message ids by the key trigger and the key
+    table (EventKey).
     """
 
     position = models.BigAutoField(primary_key=True)
@@ -60,23 +60,41 @@ class StoredEvent(models.Model):
         triggers = [
             # Idempotency across partitions: an event whose message id is stored already fails
             # the statement with a unique violation, as the unique index of the unpartitioned
-            # table did (the append writes nothing and looks closer). The one unique
-            # index over every partition is pgmsg_event_key's: a concurrent append of the same
-            # id waits there for the first one's transaction, as it did on the unique index of
-            # the unpartitioned table. A key without its row (a row moved between partitions,
-            # or a dropped one) lets the event in.
+            # table did (the append writes nothing and looks closer). The one unique index over
+            # every partition is pgmsg_event_key's: a concurrent append of the same id waits
+            # there for the first one's transaction, as it did on the unique index of the
+            # unpartitioned table. A key without its row (a row moved between partitions, or a
+            # dropped one) lets the event in. Once per statement, set-based: a row trigger
+            # (one PL/pgSQL call per event) took 27 us of an event's 50 in a 100-event append.
+            # It fires for inserts through pgmsg_event, not into one month's table directly.
             pgtrigger.Trigger(
-                name="pgmsg_event_first_append",
-                level=pgtrigger.Row,
-                when=pgtrigger.Before,
+                name="pgmsg_event_keys",
+                level=pgtrigger.Statement,
+                when=pgtrigger.After,
                 operation=pgtrigger.Insert,
+                referencing=pgtrigger.Referencing(new="new_rows"),
+                declare=[("taken", "uuid"), ("known", "uuid[]")],
                 func=(
-                    "INSERT INTO pgmsg_event_key (message_id) VALUES (NEW.message_id) "
-                    "ON CONFLICT DO NOTHING; "
-                    "IF NOT FOUND AND EXISTS (SELECT FROM pgmsg_event "
-                    "WHERE message_id = NEW.message_id AND position IS DISTINCT FROM "
-                    "NEW.position) THEN RAISE unique_violation USING MESSAGE = format("
-                    "'message id %s is stored already', NEW.message_id); END IF; RETURN NEW;"
+                    # An id twice in the statement; else the ids whose key was there already,
+                    # and of those one that another event holds. Only then is pgmsg_event
+                    # itself read: planning that read locks every month's table until the
+                    # transaction ends, which would hold up sealing and archiving.
+                    "SELECT message_id INTO taken FROM new_rows GROUP BY message_id "
+                    "HAVING count(*) > 1 LIMIT 1; "
+                    "IF taken IS NULL THEN "
+                    "WITH added AS (INSERT INTO pgmsg_event_key (message_id) "
+                    "SELECT message_id FROM new_rows ORDER BY position "
+                    "ON CONFLICT DO NOTHING RETURNING message_id) "
+                    "SELECT array_agg(n.message_id) INTO known FROM new_rows AS n "
+                    "WHERE NOT EXISTS (SELECT FROM added AS a WHERE a.message_id = n.message_id); "
+                    "IF known IS NOT NULL THEN "
+                    "SELECT n.message_id INTO taken FROM new_rows AS n "
+                    "WHERE n.message_id = ANY(known) AND EXISTS (SELECT FROM pgmsg_event AS e "
+                    "WHERE e.message_id = n.message_id AND e.position <> n.position) LIMIT 1; "
+                    "END IF; "
+                    "END IF; "
+                    "IF taken IS NOT NULL THEN RAISE unique_violation USING MESSAGE = format("
+                    "'message id %s is stored already', taken); END IF; RETURN NULL;"
                 ),
             ),
             # One wake-up per category per statement ("events:<category>"), only while a worker
@@ -100,7 +118,7 @@ class StoredEvent(models.Model):
 
 class EventKey(models.Model):
     """The message id of every event in pgmsg_event: unique across its partitions (which
-    PostgreSQL cannot index uniquely by message id). Written by the first-append trigger;
+    PostgreSQL cannot index uniquely by message id). Written by the key trigger;
     pgmsg_archive deletes the keys of the events it drops."""
 
     message_id = models.UUIDField(primary_key=True)

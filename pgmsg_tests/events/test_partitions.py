@@ -131,3 +131,40 @@ def test_maintenance_analyzes_a_month_that_holds_events_but_was_never_analyzed()
         StoredEvent.objects.filter(stream_name="account-9").delete()
         with transaction.atomic(), connection.cursor() as cursor:
             partitions.drop(cursor, name)
+
+
+def _insert_events(ids: list[str], stream: str = "account-20") -> None:
+    """Rows inserted in SQL, as a producer that is not Django would (one statement)."""
+    values = ", ".join(
+        f"('{stream}', 'account', {n + 1}, 't', '{{}}', '{{}}', '{i}')" for n, i in enumerate(ids)
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgmsg_event (stream_name, category, version, type, data, metadata, "
+            f"message_id) VALUES {values}"
+        )
+
+
+def test_the_key_trigger_refuses_a_stored_id_and_an_id_twice_in_one_statement():
+    from django.db import IntegrityError
+
+    from pgmsg.core.ids import uuid7
+
+    stored = Deposited(amount=Decimal(1))
+    pgmsg.append("account-20", stored)
+    fresh = [str(uuid7()), str(uuid7())]
+    with pytest.raises(IntegrityError, match=f"message id {stored.message_id} is stored already"):
+        _insert_events([fresh[0], str(stored.message_id)], stream="account-21")
+    with pytest.raises(IntegrityError, match=f"message id {fresh[1]} is stored already"):
+        _insert_events([fresh[1], fresh[1]], stream="account-22")
+    assert StoredEvent.objects.count() == 1  # the failed statements wrote nothing
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pgmsg_event_key WHERE message_id::text = ANY(%s)", [fresh]
+        )
+        assert cursor.fetchone()[0] == 0
+
+    # A key whose event is gone (its month dropped) lets the id in again.
+    StoredEvent.objects.all().delete()
+    _insert_events([str(stored.message_id)], stream="account-23")
+    assert list(StoredEvent.objects.values_list("stream_name", flat=True)) == ["account-23"]
