@@ -131,9 +131,7 @@ def event_class(type_name: str) -> type[Event]:
 def _data_of(event: Event, *, check: bool, what: str) -> str:
     """The event's data as JSON (its fields but the envelope's), checked to decode back into
     its class when ``check`` (a PayloadError naming ``what`` if not)."""
-    return payloads.dumps_checked(
-        type(event), event, what=what, skip=_ENVELOPE_FIELDS, check=check
-    )
+    return payloads.dumps_checked(type(event), event, what=what, skip=_ENVELOPE_FIELDS, check=check)
 
 
 # -- stream names and checkpoints ----------------------------------------------------------------
