@@ -1,51 +1,10 @@
--- name: append_any
--- The one-statement append, for expected version ANY or "no stream" (%(expected)s NULL or 0).
--- The upsert locks the stream row (concurrent appends to one stream wait here, one after the
--- other; ON CONFLICT DO UPDATE works on the latest committed row, whatever the statement's
--- snapshot), moves its version unless the expected version differs, and hands the new version
--- and read-order transaction id to the events. No row returned means a version mismatch
--- (nothing was written); a stored message id fails the statement (unique violation). Either
--- way the caller looks closer. Being one statement, it needs no transaction of its own.
--- transaction_id is this transaction's id, raised to that of the stream's previous append when
--- lower: a transaction that started earlier but appends later must sort after it.
-WITH stream AS (
-    INSERT INTO pgmsg_stream AS s (name, version, transaction_id)
-    VALUES (%(stream)s, %(count)s, pg_current_xact_id())
-    ON CONFLICT (name) DO UPDATE
-        SET version = s.version + %(count)s,
-            transaction_id = greatest(s.transaction_id, pg_current_xact_id())
-        WHERE %(expected)s::int IS NULL OR s.version = %(expected)s::int
-    RETURNING version, transaction_id
-)
-INSERT INTO pgmsg_event
-    (stream_name, category, version, type, data, metadata, message_id, transaction_id)
-SELECT %(stream)s, %(category)s, s.version - %(count)s + e.n, e.type, e.data::jsonb,
-       e.metadata::jsonb, e.message_id, s.transaction_id
-FROM stream AS s,
-     unnest(%(types)b::text[], %(data)b::text[], %(metadata)b::text[], %(ids)b::uuid[])
-     WITH ORDINALITY AS e(type, data, metadata, message_id, n)
-ORDER BY e.n
-RETURNING version;
-
--- name: append_exact
--- The same for an exact expected version > 0: an UPDATE (the stream must exist), re-checked
--- against the latest committed row after waiting for its lock.
-WITH stream AS (
-    UPDATE pgmsg_stream AS s
-    SET version = s.version + %(count)s,
-        transaction_id = greatest(s.transaction_id, pg_current_xact_id())
-    WHERE s.name = %(stream)s AND s.version = %(expected)s::int
-    RETURNING version, transaction_id
-)
-INSERT INTO pgmsg_event
-    (stream_name, category, version, type, data, metadata, message_id, transaction_id)
-SELECT %(stream)s, %(category)s, s.version - %(count)s + e.n, e.type, e.data::jsonb,
-       e.metadata::jsonb, e.message_id, s.transaction_id
-FROM stream AS s,
-     unnest(%(types)b::text[], %(data)b::text[], %(metadata)b::text[], %(ids)b::uuid[])
-     WITH ORDINALITY AS e(type, data, metadata, message_id, n)
-ORDER BY e.n
-RETURNING version;
+-- name: append
+-- The one-statement append (pgmsg_append, migration 0018_event_appends): the stream's new
+-- version, or NULL on a version mismatch (nothing written); a stored message id fails the
+-- call (unique violation). Either way the caller looks closer. Being one statement, it needs
+-- no transaction of its own. The arrays go as binary parameters.
+SELECT pgmsg_append(%(stream)s, %(category)s, %(types)b::text[], %(data)b::text[],
+                    %(metadata)b::text[], %(ids)b::uuid[], %(expected)s::int);
 
 -- name: lock_stream
 -- The careful path (after a mismatch or a stored id): lock the stream row, creating it if new,

@@ -356,7 +356,6 @@ def append(
     params = {
         "stream": stream,
         "category": category_of(stream),
-        "count": len(given),
         "types": types,
         "data": data,
         "metadata": metadata,
@@ -402,15 +401,13 @@ def append(
 def _insert(connection, params: dict, expected: int | None) -> int | None:
     """Run the one-statement append on Django ``connection``; the new version, or None on a
     version mismatch (nothing written). A stored message id raises an IntegrityError."""
-    statement = "append_exact" if expected else "append_any"
     connection.ensure_connection()
     # A server-binding cursor on Django's connection (same session, same transaction): the
     # arrays go as parameters instead of being quoted into the text element by element, which
     # was a third of the Python time of a 100-event append.
     with psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(QUERIES[statement], {**params, "expected": expected})
-        versions = [row[0] for row in cursor.fetchall()]
-    return max(versions) if len(versions) == params["count"] else None
+        cursor.execute(QUERIES["append"], {**params, "expected": expected})
+        return cursor.fetchone()[0]
 
 
 def _check_expected(expected: Any) -> int | Expect:

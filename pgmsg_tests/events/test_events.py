@@ -275,3 +275,59 @@ def test_read_order_compares_transaction_ids_as_numbers():
         ("seq-a", 9),
         ("seq-b", 10),
     ]
+
+
+def test_a_producer_that_is_not_django_appends_with_pgmsg_append():
+    import psycopg
+
+    from pgmsg_dev.devdb import database_url
+
+    call = "SELECT pgmsg_append(%s, %s, %s::text[], %s::text[], %s::text[], %s::uuid[], %s)"
+    first, second = uuid.uuid4(), uuid.uuid4()
+    with psycopg.connect(database_url(connection.settings_dict), autocommit=True) as producer:
+        appended = producer.execute(
+            call,
+            [
+                "account-40",
+                "account",
+                ["test.opened", "test.deposited"],
+                ['{"owner": "bo"}', '{"amount": "5"}'],
+                ['{"correlation_id": "c-1"}', "{}"],
+                [first, second],
+                0,
+            ],
+        ).fetchone()[0]
+        assert appended == 2
+        # A version that does not match: NULL, and nothing written.
+        mismatch = producer.execute(
+            call,
+            [
+                "account-40",
+                "account",
+                ["test.withdrawn"],
+                ['{"amount": "1"}'],
+                ["{}"],
+                [uuid.uuid4()],
+                1,
+            ],
+        ).fetchone()[0]
+        assert mismatch is None
+        with pytest.raises(psycopg.errors.UniqueViolation, match="is stored already"):
+            producer.execute(
+                call,
+                [
+                    "account-41",
+                    "account",
+                    ["test.withdrawn"],
+                    ['{"amount": "1"}'],
+                    ["{}"],
+                    [first],
+                    None,
+                ],
+            )
+    read = pgmsg.read_stream("account-40")
+    assert [r.event for r in read] == [Opened(owner="bo"), Deposited(amount=Decimal("5"))]
+    assert [r.message_id for r in read] == [first, second]
+    assert read[0].metadata == {"correlation_id": "c-1"}
+    assert pgmsg.append("account-40", Withdrawn(amount=Decimal(1)), expected_version=2) == 3
+    assert not pgmsg.read_stream("account-41")
