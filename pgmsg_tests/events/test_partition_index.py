@@ -14,11 +14,9 @@ from pgmsg_tests.testapp.events_handlers import Step
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def read_plan(sub: pgmsg.Subscription, partition: int) -> str:
-    """EXPLAIN of the read a worker makes for one partition (the statement that holds the
-    partition and reads its events, with the worker's parameters), with sequential scans ruled
-    out so that a tiny table still shows which index the read can use."""
-    params = {
+def read_params(sub: pgmsg.Subscription, partition: int, limit: int = 1000) -> dict:
+    """The parameters of the read a worker makes for one partition (lock_and_read)."""
+    return {
         "subscription": sub.name,
         "partition": partition,
         "xmin": "100000000",
@@ -27,17 +25,25 @@ def read_plan(sub: pgmsg.Subscription, partition: int) -> str:
         "partitions": sub.partitions,
         "key_source": sub.key_source,
         "key": sub.key,
-        "limit": 1000,
+        "limit": limit,
         "floor": None,
         "floor_xid": 0,
         "floor_oids": [],
         "floor_seals": [],
         "floor_lowest": None,
     }
+
+
+def read_plan(sub: pgmsg.Subscription, partition: int) -> str:
+    """EXPLAIN of the read a worker makes for one partition (the statement that holds the
+    partition and reads its events, with the worker's parameters), with sequential scans ruled
+    out so that a tiny table still shows which index the read can use."""
     with transaction.atomic(), connection.cursor() as cursor:
         subscriptions.ensure_partitions(sub, cursor)
         cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("EXPLAIN " + subscriptions.QUERIES["lock_and_read"], params)
+        cursor.execute(
+            "EXPLAIN " + subscriptions.QUERIES["lock_and_read"], read_params(sub, partition)
+        )
         return "\n".join(row[0] for row in cursor.fetchall())
 
 
@@ -154,24 +160,9 @@ def test_a_new_partition_index_gets_statistics_so_the_read_stops_at_its_limit():
         assert cursor.fetchone()[0] > 0  # the month's copy of the index has statistics
 
     with transaction.atomic(), connection.cursor() as cursor:
-        params = {
-            "subscription": sub.name,
-            "partition": 1,
-            "xmin": "100000000",
-            "category": sub.category,
-            "types": None,
-            "partitions": sub.partitions,
-            "key_source": sub.key_source,
-            "key": sub.key,
-            "limit": 50,
-            "floor": None,
-            "floor_xid": 0,
-            "floor_oids": [],
-            "floor_seals": [],
-            "floor_lowest": None,
-        }
         cursor.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + subscriptions.QUERIES["lock_and_read"], params
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + subscriptions.QUERIES["lock_and_read"],
+            read_params(sub, 1, limit=50),
         )
         plan = cursor.fetchone()[0]
 
