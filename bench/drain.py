@@ -1,7 +1,7 @@
 """Benchmark: one worker draining a prefilled backlog, next to the raw psycopg worker.
 
 Fills N exactly-once notifications (no worker running), then times one in-process pgmsg
-Worker (until idle, the bench's near no-op listener) from its first claim to the empty table;
+Worker (until idle, a listener that only counts) from its first claim to the empty table;
 in the same run, the raw ceiling: psycopg `DELETE ... WHERE id IN (SELECT ... FOR UPDATE SKIP
 LOCKED LIMIT 100) RETURNING` per transaction on a table of the same N rows, `json.loads` on
 each payload. Also two `listen` processes draining the same backlog, and the claim rate as the
@@ -42,8 +42,8 @@ CREATE TABLE raw_q (id bigserial PRIMARY KEY, payload jsonb NOT NULL);
 """
 
 
-def fill_pgmsg(url: str, n: int) -> None:
-    """n stored notifications of bench.tick, as notify_many() would store them (COPY: fast)."""
+def fill_pgmsg(url: str, n: int, channel: str = "bench.drain") -> None:
+    """n stored notifications of ``channel``, as notify_many() would store them (COPY: fast)."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("TRUNCATE pgmsg_notification")
         with (
@@ -51,7 +51,7 @@ def fill_pgmsg(url: str, n: int) -> None:
             cur.copy("COPY pgmsg_notification (channel, payload) FROM STDIN") as copy,
         ):
             for i in range(n):
-                copy.write_row(["bench.tick", json.dumps({"seq": i, "ts": 0.0})])
+                copy.write_row([channel, json.dumps({"seq": i, "ts": 0.0})])
         conn.execute("VACUUM ANALYZE pgmsg_notification")
 
 
@@ -91,10 +91,15 @@ def timed_raw(url: str, n: int, consumers: int = 1) -> float:
 
 
 def pgmsg_drain() -> int:
+    """Drain bench.drain until idle in this process; the messages handled (checked against
+    the listener's own count)."""
+    from bench.benchapp import listeners
     from pgmsg.core.worker import Worker
 
-    worker = Worker(channel_names=["bench.tick"], until_idle=True, install_signal_handlers=False)
+    before = listeners.drained
+    worker = Worker(channel_names=["bench.drain"], until_idle=True, install_signal_handlers=False)
     worker.run()
+    assert listeners.drained - before == worker.handled, "the listener's count differs"
     return worker.handled
 
 
@@ -108,7 +113,11 @@ def timed_pgmsg(url: str, n: int) -> float:
 
 
 def timed_pgmsg_processes(url: str, n: int, workers: int) -> float:
-    """`listen` processes (started, listening, then the backlog appears at once)."""
+    """`listen` processes (started, listening, then the backlog appears at once), with the
+    listener that notes each message's seq and time: timed from the backlog's commit to the
+    last message handled. The end is read from those times, not by polling the table: a
+    query every few ms over a table whose head is dead rows took a core from the workers
+    (one `listen` process measured 21,000 msg/s that way, against 61,000 in-process)."""
     fill_pgmsg(url, 0)
     with tempfile.TemporaryDirectory() as handled:
         procs = nbench.start_workers(url, workers, handled)
@@ -126,15 +135,14 @@ def timed_pgmsg_processes(url: str, n: int, workers: int) -> float:
                     "INSERT INTO pgmsg_notification (channel, payload) "
                     "SELECT channel, payload FROM staged"
                 )
-                t = time.perf_counter()
+                committed = time.time()  # the clock of the listener's handled-at times
                 while conn.execute("SELECT EXISTS (SELECT FROM pgmsg_notification)").fetchone()[0]:
-                    time.sleep(0.002)
-                rate = n / (time.perf_counter() - t)
+                    time.sleep(0.2)
         finally:
             nbench.stop_workers(procs)
-        seqs = [seq for seq, _, _ in nbench.handled_lines(handled)]
-    assert sorted(seqs) == list(range(n)), "exactly-once check failed"
-    return rate
+        lines = nbench.handled_lines(handled)
+    assert sorted(seq for seq, _, _ in lines) == list(range(n)), "exactly-once check failed"
+    return n / (max(handled_at for _, _, handled_at in lines) - committed)
 
 
 def growth(url: str, n: int, big: int) -> tuple[float, float]:

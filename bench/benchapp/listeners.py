@@ -1,4 +1,6 @@
-"""The benchmark's channel and its no-op listener: note that seq was handled, and when."""
+"""The benchmark's channels: bench.tick, whose listener notes that seq was handled and when
+(the exactly-once check of multi-process runs), and bench.drain, whose listener only counts
+(the no-op listener of the in-process drains, next to a raw worker that only parses JSON)."""
 
 import os
 import time
@@ -25,3 +27,18 @@ def record(message: Tick) -> None:
     # (bench/notifications.py latency runs) a third field carries it.
     line = f"{message.seq} {now:.6f}" + (f" {message.ts:.6f}" if message.ts else "")
     os.write(_fd, (line + "\n").encode())
+
+
+class Drained(pgmsg.Channel, name="bench.drain"):
+    seq: int
+    ts: float = 0.0
+
+
+#: Messages of bench.drain handled by this process.
+drained = 0
+
+
+@pgmsg.listener(Drained)
+def count(message: Drained) -> None:
+    global drained
+    drained += 1

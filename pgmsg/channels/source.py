@@ -33,12 +33,12 @@ class ClaimedNotification(NamedTuple):
     created_at: str
     last_error: str | None
     last_failed_at: str | None
-    #: Batches that died holding this row (see pgmsg/core/claims.py).
-    crashes: int
 
 
 #: Seconds between a worker's looks for rows of channels nobody declares (and its warning).
 UNDECLARED_CHECK_INTERVAL = 300.0
+#: Least seconds between a worker's looks at the table's statistics (after full batches).
+STATISTICS_CHECK_INTERVAL = 1.0
 
 
 class NotificationSource:
@@ -46,6 +46,7 @@ class NotificationSource:
 
     label = "notifications"
     _next_undeclared_check = 0.0
+    _next_statistics_check = 0.0
 
     def __init__(self, names: Iterable[str]) -> None:
         self.names = sorted(names)
@@ -68,38 +69,50 @@ class NotificationSource:
                 QUERIES["claim_notifications"], {"channels": self.names, "limit": worker.batch_size}
             )
             fetched = cursor.fetchall()
-            rows = sorted(ClaimedNotification(*row[:-1]) for row in fetched)
-            rows, run, failures = self._isolate_suspect(cursor, rows)
-            if run and own_transaction:
-                claims.record(worker, "notification", [row.id for row in run], fetched[0][-1])
+            if not fetched:
+                return 0
+            fetched.sort()  # by id: the order of the claim's RETURNING is not defined
+            rows = [ClaimedNotification._make(row[:-1]) for row in fetched]
+            crashes: dict[int, int] = {}
+            if own_transaction:
+                crashes = claims.record_and_count(
+                    worker, "notification", [row.id for row in rows], fetched[0][-1]
+                )
+            rows, run, failures = self._isolate_suspect(worker, cursor, rows, crashes)
             result = batch.run_batch(worker, run, delivery=_delivery, handle=self._handle)
             done = {row.id for row in result.done}
             failures.update((row.id, self._failure(row, exc)) for row, exc in result.failed)
-            left = [row for row in rows if row.id not in done]
+            left = [row for row in rows if row.id not in done] if len(done) < len(rows) else []
             if left:
                 cursor.execute(QUERIES["restore_notifications"], _restore_params(left, failures))
         worker.handled += len(done)
+        if len(rows) >= worker.batch_size and time.monotonic() >= self._next_statistics_check:
+            self._next_statistics_check = time.monotonic() + STATISTICS_CHECK_INTERVAL
+            refresh_statistics(worker)
         return len(rows)
 
-    def _isolate_suspect(self, cursor, rows):
+    def _isolate_suspect(self, worker, cursor, rows, crashes):
         """What runs: the whole batch, or only its first suspect (a row whose batch died
         before), alone, or nothing when that suspect died too often (it becomes dead).
+        ``crashes``: {row id: crashes} of the rows that have any.
 
         Returns (rows with the suspect's crashes counted as attempts, rows to run, failures).
         """
-        suspect = next((row for row in rows if row.crashes), None)
+        suspect = next((row for row in rows if row.id in crashes), None)
         if suspect is None:
             return rows, rows, {}
-        counted = suspect._replace(attempts=suspect.attempts + suspect.crashes, crashes=0)
+        counted = suspect._replace(attempts=suspect.attempts + crashes[suspect.id])
         rows = [counted if row.id == suspect.id else row for row in rows]
         claims.forget(cursor, "notification", suspect.id)
         verdict = claims.died_too_often(
             _delivery(counted),
-            crashes=suspect.crashes,
+            crashes=crashes[suspect.id],
             max_attempts=self._specs[suspect.channel].max_attempts,
         )
         if verdict is not None:
+            claims.narrow(worker, "notification", [], worker.last_claim)  # nothing runs
             return rows, [], {suspect.id: verdict}
+        claims.narrow(worker, "notification", [suspect.id], worker.last_claim)
         return rows, [counted], {}
 
     def _handle(self, row: ClaimedNotification) -> None:
@@ -117,6 +130,23 @@ class NotificationSource:
 
     def seconds_until_due(self, worker: Worker) -> float | None:
         return sources.query_value(worker, QUERIES["seconds_until_due"], {"channels": self.names})
+
+
+def refresh_statistics(worker: Worker) -> bool:
+    """ANALYZE pgmsg_notification when its statistics predate most of its rows (see
+    ``statistics_stale`` in notifications.sql), through the worker's autocommit connection:
+    a backlog that arrived after the table was analyzed empty is then claimed in id order
+    from the first full batch on, not after autovacuum's next visit (or never, where it is
+    off). Returns whether it analyzed."""
+    conn = worker.side_connection()
+    if conn is None or not conn.execute(QUERIES["statistics_stale"]).fetchone()[0]:
+        return False
+    with conn.transaction():
+        if not conn.execute(QUERIES["analyze_lock"]).fetchone()[0]:
+            return False  # another worker is at it
+        conn.execute(QUERIES["analyze"])
+    logger.info("pgmsg: analyzed pgmsg_notification (its statistics predated most of its rows)")
+    return True
 
 
 def warn_undeclared(db: str) -> dict[str, int]:

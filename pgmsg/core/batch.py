@@ -160,7 +160,7 @@ def run_batch(
             metrics.handler_durations(timings)
         if after_handlers is not None:
             after_handlers()
-        _account(db, seen, [])
+        _account(worker, seen, [])
         return result
     result = BatchResult()
     blocked: set[Hashable] = set()
@@ -187,7 +187,7 @@ def run_batch(
     if after_handlers is not None:
         after_handlers()
     _account(
-        db, [delivery(row) for row in result.done], [delivery(row) for row, _ in result.failed]
+        worker, [delivery(row) for row in result.done], [delivery(row) for row, _ in result.failed]
     )
     return result
 
@@ -213,11 +213,18 @@ def _timed(
         timings.append((seen.kind, seen.name, time.perf_counter() - started))
 
 
-def _account(db: str, done: list[Delivery], failed: list[Delivery]) -> None:
-    """Record the batch in pgmsg_throughput (in the claim transaction) and count it in the
-    Prometheus counters once that transaction commits."""
+def _account(worker, done: list[Delivery], failed: list[Delivery]) -> None:
+    """Count the batch in pgmsg_throughput and in the Prometheus counters once its
+    transaction commits: through the running worker's tally (written about once a second),
+    or, for a source driven without one, by a row written in the claim transaction."""
+    db = worker.database
     handled = [(d.kind, d.name) for d in done]
-    throughput.record(db, Counter(handled), Counter((d.kind, d.name) for d in failed))
+    handled_counts, failed_counts = Counter(handled), Counter((d.kind, d.name) for d in failed)
+    tally = getattr(worker, "tally", None)
+    if tally is None:
+        throughput.record(db, handled_counts, failed_counts)
+    elif handled_counts or failed_counts:
+        transaction.on_commit(lambda: tally.add(handled_counts, failed_counts), using=db)
     if handled:
         transaction.on_commit(lambda: metrics.handled(handled), using=db)
 

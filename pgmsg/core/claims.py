@@ -8,9 +8,9 @@ autocommit connection (one statement per batch, committed asynchronously: a work
 that dies does not lose it; a server crash may, which only forgets a crash).
 
 A claim whose transaction shows as *aborted* in ``pg_xact_status`` is a batch that died:
-every id in it is a *suspect* with one crash. A source's claim query counts the crashes of the
-rows it claims (``crashes`` below, one scan of this small table per batch); a batch that holds
-suspects runs only its first suspect, alone in its transaction, and puts the others back, so
+every id in it is a *suspect* with one crash. Recording a batch returns the crashes of the rows
+it holds (one scan of this small table per batch); a batch that holds suspects runs only its
+first suspect, alone in its transaction, and puts the others back, so
 the innocents of a poisoned batch are handled one per transaction and the poison alone
 accumulates crashes. Crashes count as attempts: at the source's ``max_attempts`` the suspect
 becomes a dead letter without running again ("worker process died while handling it").
@@ -98,20 +98,11 @@ class _IdsDumper(Dumper):
 psycopg.adapters.register_dumper(_Ids, _IdsDumper)
 
 
-def record(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int) -> None:
-    """Record, committed at once, that transaction ``xid`` is about to run rows ``ids``."""
-    conn = worker.side_connection()
-    worker.last_claim = xid
-    if conn is not None:
-        conn.execute(
-            QUERIES["record"], {"kind": kind, "ids": _Ids(ids), "xid": xid, "pid": os.getpid()}
-        )
-
-
 def record_and_count(
     worker: sources.Worker, kind: str, ids: Sequence[int], xid: int
 ) -> dict[int, int]:
-    """record(), returning the crashes of the recorded ids that have any: {id: crashes}."""
+    """Record, committed at once, that transaction ``xid`` is about to run rows ``ids``;
+    return the crashes of those that have any: {id: crashes}."""
     conn = worker.side_connection()
     worker.last_claim = xid
     if conn is None:

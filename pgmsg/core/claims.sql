@@ -1,15 +1,3 @@
--- name: record
--- Before a batch's handlers run, on the worker's autocommit connection: the ids the batch
--- transaction claimed, and that transaction's id. Claims of committed (or forgotten) batches
--- are deleted on the way: the table holds about one row per running worker, plus the claims
--- of batches that died.
-WITH garbage AS (
-    DELETE FROM pgmsg_claim
-    WHERE coalesce(pg_xact_status(transaction_id::text::xid8), 'committed') = 'committed'
-)
-INSERT INTO pgmsg_claim (kind, ids, transaction_id, pid)
-VALUES (%(kind)s, %(ids)b::bigint[], %(xid)s, %(pid)s);
-
 -- name: forget
 -- A suspect is settled (handled, failed, dead or put back with its crashes counted): its id
 -- leaves the claims of the batches that died with it; claims left empty go.
@@ -22,8 +10,11 @@ WITH trimmed AS (
 DELETE FROM pgmsg_claim WHERE id IN (SELECT id FROM trimmed WHERE ids = '{}');
 
 -- name: record_and_count
--- record, for sources whose claim query does not count crashes itself: also returns, for the
--- ids recorded, how many claims of batches that died held each (ids without crashes absent).
+-- Before a batch's handlers run, on the worker's autocommit connection: the ids the batch
+-- transaction claimed, and that transaction's id; returns, for the ids recorded, how many
+-- claims of batches that died held each (ids without crashes absent). Claims of committed
+-- (or forgotten) batches are deleted on the way: the table holds about one row per running
+-- worker, plus the claims of batches that died.
 WITH garbage AS (
     DELETE FROM pgmsg_claim
     WHERE coalesce(pg_xact_status(transaction_id::text::xid8), 'committed') = 'committed'

@@ -30,6 +30,9 @@ class Worker(Protocol):
     last_claim: int | None
     #: Every source the worker serves, in the order it serves them.
     sources: list
+    #: Counts of committed batches not yet in pgmsg_throughput (core/throughput.py), or None:
+    #: each batch then writes its counts in its own transaction.
+    tally: Any
 
     def side_connection(self) -> psycopg.Connection | None:
         """An autocommit connection of the worker's own, for writes that must commit apart

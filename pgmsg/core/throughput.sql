@@ -1,6 +1,6 @@
 -- name: record
--- Add one batch's handled and failed counts to this process's row of the current minute, per
--- (kind, source). now() is the claim transaction's start: the batch lands in one minute.
+-- Add handled and failed counts to this process's row of the current minute, per (kind,
+-- source): one batch's, in its transaction, or a running worker's last second (Tally).
 INSERT INTO pgmsg_throughput AS t (minute, kind, source, pid, handled, failed)
 SELECT date_trunc('minute', now()), kind, source, %(pid)s, handled, failed
 FROM unnest(%(kinds)s::text[], %(sources)s::text[], %(handled)s::bigint[], %(failed)s::bigint[])

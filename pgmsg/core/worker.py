@@ -19,7 +19,7 @@ import psycopg
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 from psycopg import sql as pgsql
 
-from pgmsg.core import batch, claims, conf, errors, metrics, signals, sql, wake
+from pgmsg.core import batch, claims, conf, errors, metrics, signals, sql, throughput, wake
 from pgmsg.core import sources as sources_module
 
 logger = logging.getLogger(__name__)
@@ -72,6 +72,9 @@ class Worker:
         #: The transaction id of the last batch whose claim was recorded (core/claims.py).
         self.last_claim: int | None = None
         self.handled = 0
+        #: Counts of committed batches for pgmsg_throughput, written about once a second
+        #: (None: each batch writes its own, in its transaction; see core/throughput.py).
+        self.tally: throughput.Tally | None = None
         self._listen_conn: psycopg.Connection | None = None
         self._reconnect_delay = RECONNECT_DELAY
 
@@ -122,6 +125,9 @@ class Worker:
     def _run(self) -> None:
         logger.info("pgmsg worker %s: sources %s", os.getpid(), [s.label for s in self.sources])
         self._reconnect_delay = RECONNECT_DELAY
+        # Run inside a caller's transaction, a batch's counts commit with the caller's.
+        if not connections[self.database].in_atomic_block:
+            self.tally = throughput.Tally()
         while not self.stopping:
             try:
                 self._connect_listener()
@@ -182,7 +188,9 @@ class Worker:
                 with connections[self.database].cursor() as cursor:
                     self._idle.withdraw(cursor)
             if dirty:
+                self._write_counts()  # at most once a second while busy
                 continue
+            self._write_counts(now=True)  # before sleeping or returning
             if self.until_idle:
                 return
             # Work came moments ago: keep looking (after 1, 2, 4, ... ms) for IDLE_AFTER before
@@ -279,7 +287,15 @@ class Worker:
         worker is not running (a source driven by hand, in a test): nothing to record then."""
         return self._listen_conn if self._listen_conn and not self._listen_conn.closed else None
 
+    def _write_counts(self, *, now: bool = False) -> None:
+        if self.tally is not None and self._listen_conn is not None:
+            self.tally.flush(self._listen_conn, now=now)
+
     def _close(self) -> None:
+        try:
+            self._write_counts(now=True)
+        except psycopg.Error as exc:  # kept in the tally: written after the reconnect
+            logger.warning("pgmsg worker %s: throughput counts not written: %s", os.getpid(), exc)
         self._idle.lost()  # the idle locks live on the Django connection closed below
         if self._listen_conn is not None:
             try:

@@ -157,9 +157,9 @@ class SubscriptionSource:
         connection = connections[db]
         # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
         own_transaction = not connection.in_atomic_block
-        # Entered once the handlers are done: the batch's throughput row, the checkpoint's
-        # move and the COMMIT then go in one round trip (psycopg pipeline mode; commit() syncs
-        # it), plus the pipeline's closing sync: two round trips where they took three.
+        # Entered once the handlers are done: the checkpoint's move and the COMMIT then go in
+        # one round trip (psycopg pipeline mode; commit() syncs it), plus the pipeline's
+        # closing sync.
         ending, entered = contextlib.ExitStack(), []
 
         def pipelined() -> None:

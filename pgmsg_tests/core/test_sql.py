@@ -35,6 +35,7 @@ FRAGMENTS = {
 NOT_EXPLAINABLE = {
     ("partitions.sql", "create_partition"),
     ("subscriptions.sql", "analyze_events"),
+    ("notifications.sql", "analyze"),
     ("partitions.sql", "drop_partition"),
     ("partitions.sql", "lock_timeout"),
     ("partitions.sql", "lock_for_seal"),

@@ -127,6 +127,26 @@ def test_the_throughput_table_counts_what_committed():
     assert Throughput.objects.values("pid").distinct().count() == 1
 
 
+def test_a_running_worker_writes_its_counts_before_it_sleeps(workers):
+    """A running worker keeps its counts in memory between writes (about one a second while
+    busy, core/throughput.py): going idle must write them, not wait for it to stop."""
+    workers.start("test.work")
+    pgmsg.notify_many(Work(key=f"r{i}") for i in range(40))
+    pgmsg.notify(Work(key="r-bad", always_fail=True))
+
+    def counted():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT coalesce(sum(handled), 0), coalesce(sum(failed), 0) FROM pgmsg_throughput "
+                "WHERE kind = 'notification' AND source = 'test.work'"
+            )
+            return cursor.fetchone()
+
+    wait_for(lambda: counted()[0] == 40, message="the running worker's counts written")
+    assert counted()[0] == 40  # no batch counted twice (the failing one was redone)
+    assert counted()[1] >= 1
+
+
 def test_without_prometheus_client_the_instruments_do_nothing(monkeypatch):
     monkeypatch.setattr(metrics, "prometheus_client", None)
     assert not metrics.enabled()
