@@ -19,10 +19,15 @@ SELECT pg_notify(%(notify_channel)s, %(payload)s);
 -- (the row lock, then the delete) and was a third slower in bench/notifications.py.
 -- Each row comes with this transaction's id (to record the claim, which also counts the rows'
 -- crashes: see pgmsg/core/claims.py).
+-- %(from_id)s: where the index read starts. While a backlog lasts, the worker starts past the
+-- rows it claimed last (see NotificationSource), so that each batch does not walk the index
+-- entries of the rows already deleted, which lie at the head of the index until vacuum takes
+-- them; 0 reads from the start.
 DELETE FROM pgmsg_notification
 WHERE id IN (
     SELECT id FROM pgmsg_notification
     WHERE status = 'pending' AND available_at <= now() AND channel = ANY(%(channels)s)
+      AND id >= %(from_id)s
     ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -85,19 +90,6 @@ SELECT (SELECT count(*) FROM replayed), (SELECT count(*) FROM woken);
 -- name: discard_notifications
 -- Delete dead notifications for good.
 DELETE FROM pgmsg_notification WHERE id = ANY(%(ids)s) AND status = 'dead';
-
--- name: statistics_stale
--- Whether the planner's statistics of pgmsg_notification predate most of its rows: far more
--- rows changed since its last ANALYZE than it then held (an ANALYZE of the empty table before
--- a burst). Those statistics make status = 'pending' look rare, and the claim then sorts every
--- pending row of its channels for each batch instead of reading the pending index in id order
--- (10 ms against 0.5 ms a batch with 50,000 waiting; autovacuum fixes it within a minute, or
--- never where it is off).
-SELECT coalesce(
-    (SELECT s.n_mod_since_analyze >= 1000 AND s.n_mod_since_analyze > 4 * greatest(c.reltuples, 0)
-     FROM pg_stat_user_tables AS s JOIN pg_class AS c ON c.oid = s.relid
-     WHERE s.relid = 'pgmsg_notification'::regclass),
-    false);
 
 -- name: analyze_lock
 -- One worker at a time analyzes (the others go on claiming).

@@ -37,8 +37,10 @@ class ClaimedNotification(NamedTuple):
 
 #: Seconds between a worker's looks for rows of channels nobody declares (and its warning).
 UNDECLARED_CHECK_INTERVAL = 300.0
-#: Least seconds between a worker's looks at the table's statistics (after full batches).
+#: Least seconds between a worker's looks at the claim's plan (after full batches).
 STATISTICS_CHECK_INTERVAL = 1.0
+#: Most seconds a worker claims past its last batch before reading from the start again.
+FROM_START_INTERVAL = 1.0
 
 
 class NotificationSource:
@@ -47,12 +49,22 @@ class NotificationSource:
     label = "notifications"
     _next_undeclared_check = 0.0
     _next_statistics_check = 0.0
+    #: Off once the claim's plan sorted even after an ANALYZE (see refresh_statistics).
+    _refresh_statistics = True
 
     def __init__(self, names: Iterable[str]) -> None:
         self.names = sorted(names)
         self.wake_payloads = list(self.names)
         self._listeners = {name: list(channels.registry.listeners[name]) for name in self.names}
         self._specs = {name: channels.registry.get(name) for name in self.names}
+        # While batches come back full, the next claim starts past the last one (its index
+        # read then skips the entries of the rows deleted before, which lie at the index's
+        # head until vacuum), with a read from the start at least every FROM_START_INTERVAL
+        # and as soon as a batch comes back short, so that rows below it are not left
+        # behind: retries come due there, and a late commit or another worker's rollback
+        # puts rows there.
+        self._from_id = 0
+        self._next_from_start = 0.0
 
     def wants(self, wake_payload: str) -> bool:
         return wake_payload in self._listeners
@@ -65,13 +77,9 @@ class NotificationSource:
         # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
         own_transaction = not connections[db].in_atomic_block
         with transaction.atomic(using=db), connections[db].cursor() as cursor:
-            cursor.execute(
-                QUERIES["claim_notifications"], {"channels": self.names, "limit": worker.batch_size}
-            )
-            fetched = cursor.fetchall()
+            fetched = self._claim(cursor, worker.batch_size)
             if not fetched:
                 return 0
-            fetched.sort()  # by id: the order of the claim's RETURNING is not defined
             rows = [ClaimedNotification._make(row[:-1]) for row in fetched]
             crashes: dict[int, int] = {}
             if own_transaction:
@@ -86,10 +94,32 @@ class NotificationSource:
             if left:
                 cursor.execute(QUERIES["restore_notifications"], _restore_params(left, failures))
         worker.handled += len(done)
-        if len(rows) >= worker.batch_size and time.monotonic() >= self._next_statistics_check:
+        full = len(rows) >= worker.batch_size
+        if full and self._refresh_statistics and time.monotonic() >= self._next_statistics_check:
             self._next_statistics_check = time.monotonic() + STATISTICS_CHECK_INTERVAL
-            refresh_statistics(worker)
+            with connections[db].cursor() as cursor:
+                params = {"channels": self.names, "limit": worker.batch_size, "from_id": 0}
+                self._refresh_statistics = refresh_statistics(worker, cursor, params) is not False
         return len(rows)
+
+    def _claim(self, cursor, limit: int) -> list[tuple]:
+        """Claim up to ``limit`` rows, sorted by id: past the last batch while batches come
+        back full, else (or when that finds too few, or every FROM_START_INTERVAL) from the
+        start of the index."""
+        now = time.monotonic()
+        if now >= self._next_from_start:
+            self._from_id, self._next_from_start = 0, now + FROM_START_INTERVAL
+        params = {"channels": self.names, "limit": limit, "from_id": self._from_id}
+        cursor.execute(QUERIES["claim_notifications"], params)
+        fetched = cursor.fetchall()
+        if len(fetched) < limit and self._from_id:
+            # Rows the first read took are deleted in this transaction: not read again.
+            params.update(limit=limit - len(fetched), from_id=0)
+            cursor.execute(QUERIES["claim_notifications"], params)
+            fetched += cursor.fetchall()
+        fetched.sort()  # by id: the order of the claim's RETURNING is not defined
+        self._from_id = fetched[-1][0] + 1 if len(fetched) >= limit else 0
+        return fetched
 
     def _isolate_suspect(self, worker, cursor, rows, crashes):
         """What runs: the whole batch, or only its first suspect (a row whose batch died
@@ -132,20 +162,44 @@ class NotificationSource:
         return sources.query_value(worker, QUERIES["seconds_until_due"], {"channels": self.names})
 
 
-def refresh_statistics(worker: Worker) -> bool:
-    """ANALYZE pgmsg_notification when its statistics predate most of its rows (see
-    ``statistics_stale`` in notifications.sql), through the worker's autocommit connection:
-    a backlog that arrived after the table was analyzed empty is then claimed in id order
-    from the first full batch on, not after autovacuum's next visit (or never, where it is
-    off). Returns whether it analyzed."""
+def sorts_to_claim(cursor, params: dict) -> bool:
+    """Whether the planner would sort the pending rows to claim a batch with ``params``: it
+    does so when its statistics make them look rare (an ANALYZE of the table while it held no
+    pending rows, or only other channels' rows), and then every batch sorts every pending row
+    of the worker's channels (10 ms against 0.5 ms a batch with 50,000 waiting) instead of
+    reading the pending index in id order, until autovacuum's next ANALYZE, or for good where
+    autovacuum is off."""
+    cursor.execute("EXPLAIN (FORMAT JSON) " + QUERIES["claim_notifications"], params)
+    plans = [cursor.fetchone()[0][0]["Plan"]]
+    while plans:
+        plan = plans.pop()
+        if plan["Node Type"] == "Sort":
+            return True
+        plans.extend(plan.get("Plans", ()))
+    return False
+
+
+def refresh_statistics(worker: Worker, cursor, params: dict) -> bool | None:
+    """After a full batch: ANALYZE pgmsg_notification if the claim's plan sorts the pending
+    rows (sorts_to_claim), through the worker's autocommit connection, one worker at a time.
+    Returns whether the plan reads them in order now; None when there was nothing to do.
+    False means the planner still sorts with fresh statistics (the worker's role may not
+    analyze the table, or its channels' rows are rare in it): the caller stops asking."""
     conn = worker.side_connection()
-    if conn is None or not conn.execute(QUERIES["statistics_stale"]).fetchone()[0]:
-        return False
+    if conn is None or not sorts_to_claim(cursor, params):
+        return None
     with conn.transaction():
         if not conn.execute(QUERIES["analyze_lock"]).fetchone()[0]:
-            return False  # another worker is at it
+            return None  # another worker is at it
         conn.execute(QUERIES["analyze"])
-    logger.info("pgmsg: analyzed pgmsg_notification (its statistics predated most of its rows)")
+    if sorts_to_claim(cursor, params):
+        logger.info(
+            "pgmsg: the claim of %s sorts its pending rows even after ANALYZE "
+            "pgmsg_notification (rare channels, or a role that may not analyze the table)",
+            params["channels"],
+        )
+        return False
+    logger.info("pgmsg: analyzed pgmsg_notification: its statistics made the claim sort")
     return True
 
 
