@@ -23,15 +23,21 @@ SELECT pg_notify(%(notify_channel)s, %(payload)s);
 -- rows it claimed last (see NotificationSource), so that each batch does not walk the index
 -- entries of the rows already deleted, which lie at the head of the index until vacuum takes
 -- them; 0 reads from the start.
+-- The planner must not look at the ids' actual range: it does so by reading the index from
+-- its lowest entry, over those same deleted rows' entries, when it costs a join on id (the
+-- form "id IN (SELECT ...)") or a literal bound near the lowest id. Planning then took 0.3 ms
+-- at the start of a 1,000,000 backlog and 1 ms at 70 % of it. So the ids are an array (the
+-- DELETE finds each by the primary key, no join) and the bound a sub-select (a value the
+-- planner does not know).
 DELETE FROM pgmsg_notification
-WHERE id IN (
+WHERE id = ANY(ARRAY(
     SELECT id FROM pgmsg_notification
     WHERE status = 'pending' AND available_at <= now() AND channel = ANY(%(channels)s)
-      AND id >= %(from_id)s
+      AND id >= (SELECT %(from_id)s::bigint)
     ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
+))
 -- Timestamps come back as text: they are only written back by restore_notifications, and
 -- parsing them into datetimes for every row costs more than the rest of the decoding.
 RETURNING id, channel, payload::text, attempts, available_at::text, created_at::text,
