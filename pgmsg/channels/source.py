@@ -93,6 +93,7 @@ class NotificationSource:
             left = [row for row in rows if row.id not in done] if len(done) < len(rows) else []
             if left:
                 cursor.execute(QUERIES["restore_notifications"], _restore_params(left, failures))
+                self._from_id = 0  # they are back below where the next claim would start
         worker.handled += len(done)
         full = len(rows) >= worker.batch_size
         if full and self._refresh_statistics and time.monotonic() >= self._next_statistics_check:
