@@ -9,7 +9,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from django.db import connections, transaction
 
 from pgmsg.core import conf, errors, payloads, sql
-from pgmsg.events import reads
+from pgmsg.events import names, reads
 from pgmsg.events import store as events
 from pgmsg.events.store import NO_STREAM, Event
 
@@ -56,7 +56,7 @@ class Aggregate:
     def __init_subclass__(cls, *, category: str | None = None, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         if category is not None:
-            cls.category = events.validate_category(category)
+            cls.category = names.validate_category(category)
         elif not hasattr(cls, "category"):
             raise errors.ConfigurationError(
                 f"{cls.__qualname__}: give the stream category: "
@@ -67,7 +67,7 @@ class Aggregate:
         self.id = str(id)
         self.version = 0
         self.pending: list[Event] = []
-        events.validate_stream_name(self.stream_name)
+        names.validate_stream_name(self.stream_name)
 
     @property
     def stream_name(self) -> str:

@@ -7,14 +7,13 @@ from collections.abc import Iterable
 from django.db import connections
 
 from pgmsg.core import conf, errors, horizon
+from pgmsg.events.names import validate_category, validate_stream_name
 from pgmsg.events.store import (
     QUERIES,
     Checkpoint,
     Event,
     RecordedEvent,
     as_checkpoint,
-    validate_category,
-    validate_stream_name,
 )
 
 

@@ -8,7 +8,6 @@ import datetime as dt
 import enum
 import json
 import logging
-import re
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, NamedTuple, dataclass_transform
@@ -18,20 +17,14 @@ from django.conf import settings
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from pgmsg.core import batch, conf, errors, names, payloads, sql
+from pgmsg.core import batch, conf, errors, payloads, sql
 from pgmsg.core.ids import uuid7
+from pgmsg.events import names
 
 logger = logging.getLogger(__name__)
 
 QUERIES = sql.load(__package__, "events.sql")
 
-# Categories become NOTIFY payloads ("events:<category>") and filter values; the same
-# character set and length as channel names keeps them readable and inside NOTIFY's limits.
-MAX_CATEGORY_LENGTH = 57
-MAX_STREAM_NAME_LENGTH = 200
-_CATEGORY_RE = re.compile(r"^[a-z][a-z0-9_.]*$")
-_STREAM_ID_RE = re.compile(r"^[A-Za-z0-9_.:@+=~-]+$")
-_TYPE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.]*$")
 _ENVELOPE_FIELDS = frozenset(("message_id", "metadata"))
 
 
@@ -88,7 +81,7 @@ class Event:
         if "__dataclass_fields__" not in cls.__dict__:
             dataclasses.dataclass(cls)
         name = type or cls.__name__
-        if not isinstance(name, str) or not _TYPE_RE.match(name):
+        if not names.is_type_name(name):
             raise errors.ConfigurationError(
                 f"{cls.__qualname__}: invalid event type {name!r}: use letters, digits, '_' or "
                 "'.', starting with a letter"
@@ -134,43 +127,7 @@ def _data_of(event: Event, *, check: bool, what: str) -> str:
     return payloads.dumps_checked(type(event), event, what=what, skip=_ENVELOPE_FIELDS, check=check)
 
 
-# -- stream names and checkpoints ----------------------------------------------------------------
-
-
-def category_of(stream: str) -> str:
-    """``account`` for ``account-123``."""
-    return stream.split("-", 1)[0]
-
-
-def validate_stream_name(stream: Any) -> str:
-    """Return ``stream`` if it is ``<category>-<id>``; raise InvalidStreamName quoting it if not."""
-    if not isinstance(stream, str) or "-" not in stream:
-        raise errors.InvalidStreamName(
-            f"invalid stream name {stream!r}: use '<category>-<id>', e.g. 'account-123'"
-        )
-    category, ident = stream.split("-", 1)
-    validate_category(category, stream=stream)
-    if not _STREAM_ID_RE.match(ident):
-        raise errors.InvalidStreamName(
-            f"invalid stream name {stream!r}: the id after the first '-' must be non-empty "
-            "letters, digits or _.:@+=~-"
-        )
-    names.check_length(
-        stream, MAX_STREAM_NAME_LENGTH, errors.InvalidStreamName, f"stream name {stream!r}"
-    )
-    return stream
-
-
-def validate_category(category: Any, *, stream: str | None = None) -> str:
-    what = f"stream name {stream!r}" if stream is not None else f"category {category!r}"
-    if not isinstance(category, str) or not _CATEGORY_RE.match(category):
-        raise errors.InvalidStreamName(
-            f"invalid {what}: the category must be lowercase letters, digits, '_' or '.', "
-            "starting with a letter"
-        )
-    where = what if stream is None else f"category in {what}"
-    names.check_length(category, MAX_CATEGORY_LENGTH, errors.InvalidStreamName, where)
-    return category
+# -- checkpoints ---------------------------------------------------------------------------------
 
 
 class Checkpoint(NamedTuple):
@@ -234,7 +191,7 @@ class RecordedEvent:
 
     @property
     def category(self) -> str:
-        return category_of(self.stream_name)
+        return names.category_of(self.stream_name)
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -318,7 +275,7 @@ def append(
     stored already (a retried call), nothing is written and the stored version is returned,
     whatever ``expected_version``; if only some are, DuplicateMessageId is raised.
     """
-    validate_stream_name(stream)
+    names.validate_stream_name(stream)
     given = [events] if isinstance(events, Event) else list(events)
     if not given:
         raise errors.PayloadError(f"append to {stream!r}: no events given")
@@ -355,7 +312,7 @@ def append(
 
     params = {
         "stream": stream,
-        "category": category_of(stream),
+        "category": names.category_of(stream),
         "types": types,
         "data": data,
         "metadata": metadata,
@@ -447,8 +404,3 @@ def _already_stored(stream: str, ids: list[uuid.UUID], stored: dict) -> int:
         )
     logger.info("pgmsg: append to %r was stored already; nothing written", stream)
     return max(version for _, version in stored.values())
-
-
-def is_type_name(value: object) -> bool:
-    """Whether ``value`` may name an event type."""
-    return isinstance(value, str) and bool(_TYPE_RE.match(value))

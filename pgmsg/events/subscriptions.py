@@ -10,6 +10,7 @@ from typing import Any, Literal
 from psycopg import sql as pgsql
 
 from pgmsg.core import errors, horizon, names, sql
+from pgmsg.events import names as event_names
 from pgmsg.events import store as events
 from pgmsg.events.store import RecordedEvent
 
@@ -54,7 +55,7 @@ class Subscription:
     def __post_init__(self) -> None:
         names.validate_name(self.name, kind="subscription")
         if self.category is not None:
-            events.validate_category(self.category)
+            event_names.validate_category(self.category)
         if not isinstance(self.partitions, int) or not 1 <= self.partitions <= 1024:
             raise errors.ConfigurationError(
                 f"subscription {self.name!r}: partitions must be an int from 1 to 1024, "
@@ -121,7 +122,7 @@ class Subscription:
 
 
 def _type_name(subscription: str, value: Any) -> str:
-    if events.is_type_name(value):
+    if event_names.is_type_name(value):
         return value
     raise errors.ConfigurationError(
         f"subscription {subscription!r}: handler types must be Event subclasses or type names, "
