@@ -6,6 +6,7 @@ import contextlib
 import functools
 import logging
 
+import psycopg
 from django.db import connections, transaction
 
 from pgmsg.core import batch, claims, errors, sources
@@ -27,6 +28,11 @@ logger = logging.getLogger(__name__)
 
 #: pgmsg_claim.kind of events, named there by claims.number_keys(subscription, positions).
 CLAIM_KIND = "event"
+
+#: The read horizon, then the partition's read below it: two statements, one round trip
+#: (client-side binding sends them as one simple query; each has its own snapshot).
+_READ_HORIZON_AND_LOCK = QUERIES["read_horizon_here"] + ";\n" + QUERIES["lock_and_read"]
+_READ_HORIZON_AND_PARTITION = QUERIES["read_horizon_here"] + ";\n" + QUERIES["read_partition"]
 
 
 class SubscriptionSource:
@@ -96,17 +102,20 @@ class SubscriptionSource:
                 self._ready = True
             if self._months is None:
                 self._months = store_partitions.ranges(cursor)
-            # One horizon for every partition of this round: read in an earlier statement
-            # than each partition's read, so every transaction below it has ended by then.
-            xmin = self._full_horizon or reads.read_horizon(cursor)
             # One partition: its own read is the look (two round trips fewer after a wake-up).
             busy = self._busy or len(self.mine) == 1
+            # One horizon for every partition of this round: read in an earlier statement
+            # than each partition's read, so every transaction below it has ended by then.
+            # Straight to the partitions, the first one reads it in its read's query string.
+            xmin = self._full_horizon
+            if xmin is None and not busy:
+                xmin = reads.read_horizon(cursor)
             due = self.mine if busy else self._due_or_advance(cursor, xmin)
         claimed, full = 0, 0
         for partition in due:
             if worker.stopping:
                 break
-            read = self._process_partition(worker, partition, xmin)
+            read, xmin = self._process_partition(worker, partition, xmin)
             claimed += read
             full += read >= worker.batch_size
         self._busy = full > 0
@@ -152,7 +161,12 @@ class SubscriptionSource:
         )
         return []
 
-    def _process_partition(self, worker: Worker, partition: int, xmin: int) -> int:
+    def _process_partition(
+        self, worker: Worker, partition: int, xmin: int | None
+    ) -> tuple[int, int | None]:
+        """One partition's batch in its own transaction: (events read, or the batch size to come
+        back at once; the horizon read below, None if none was read: ``xmin`` None reads it
+        first, in the same round trip)."""
         db, sub = worker.database, self.sub
         connection = connections[db]
         # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
@@ -171,20 +185,20 @@ class SubscriptionSource:
             floor = None
             if seen is not None and self._months:
                 floor = store_partitions.floor(self._months, seen)
-            rows = self._lock_and_read(cursor, partition, xmin, worker.batch_size, floor)
+            rows, xmin = self._lock_and_read(cursor, partition, xmin, worker.batch_size, floor)
             if rows and not rows[0][6]:
                 # The floor does not hold (a reset moved the checkpoint back, or a sealed month
                 # changed): read every month, and the months again before the next floor.
                 self._months = None
-                rows = self._lock_and_read(cursor, partition, xmin, worker.batch_size, None)
+                rows, xmin = self._lock_and_read(cursor, partition, xmin, worker.batch_size, None)
             if not rows:
-                return 0  # another worker holds it, or it is stopped or backing off
+                return 0, xmin  # another worker holds it, or it is stopped or backing off
             id_, checkpoint_xid, checkpoint_position, attempts, xid, archived = rows[0][:6]
             start = Checkpoint(checkpoint_xid, checkpoint_position)
             self._seen[partition] = checkpoint_xid
             if archived is not None:
                 self._stop_at_archive(cursor, id_, partition, start, archived)
-                return 0
+                return 0, xmin
             read = RecordedEvent.from_rows(row[7:] for row in rows if row[7] is not None)
             # Only the first event read is the one that failed before (if one did).
             first = read[0] if read else None
@@ -269,7 +283,7 @@ class SubscriptionSource:
         worker.handled += handled
         self._seen[partition] = reached.transaction_id  # committed: the next read's floor
         # A batch cut short at a suspect: come back at once for what follows it.
-        return worker.batch_size if run is not read else len(read)
+        return (worker.batch_size if run is not read else len(read)), xmin
 
     def _stop_at_archive(
         self, cursor, id_: int, partition: int, start: Checkpoint, archived: str
@@ -300,18 +314,31 @@ class SubscriptionSource:
         )
 
     def _lock_and_read(
-        self, cursor, partition: int, xmin: int, limit: int, floor: store_partitions.Floor | None
-    ) -> list[tuple]:
-        """Hold the partition and read its next events, in one statement (lock_and_read),
-        from ``floor`` on (None: every month). No row: the partition is not ours to serve
-        now."""
+        self,
+        cursor,
+        partition: int,
+        xmin: int | None,
+        limit: int,
+        floor: store_partitions.Floor | None,
+    ) -> tuple[list[tuple], int]:
+        """Hold the partition and read its next events, in one statement (lock_and_read, or
+        read_partition when the subscription has one partition), from ``floor`` on (None:
+        every month), below ``xmin``: when None, the read horizon is read first, in the same
+        query string (read_horizon_here). Returns (rows, horizon). No row: the partition is
+        not ours to serve now."""
         sub = self.sub
+        if xmin is None and not isinstance(cursor.cursor, psycopg.ClientCursor):
+            xmin = reads.read_horizon(cursor)  # binding on the server: one statement a call
+        if sub.partitions == 1:  # the function with its kept plan (migration 0019)
+            query = _READ_HORIZON_AND_PARTITION if xmin is None else QUERIES["read_partition"]
+        else:
+            query = _READ_HORIZON_AND_LOCK if xmin is None else QUERIES["lock_and_read"]
         cursor.execute(
-            QUERIES["lock_and_read"],
+            query,
             {
                 "subscription": sub.name,
                 "partition": partition,
-                "xmin": str(xmin),
+                "xmin": None if xmin is None else str(xmin),
                 "category": sub.category,
                 "types": sub.types,
                 "partitions": sub.partitions,
@@ -325,7 +352,10 @@ class SubscriptionSource:
                 "floor_lowest": floor and floor.lowest,
             },
         )
-        return cursor.fetchall()
+        if xmin is None:
+            xmin = int(cursor.fetchone()[0])
+            cursor.nextset()
+        return cursor.fetchall(), xmin
 
     def _claim_key(self, recorded: RecordedEvent) -> int:
         return claims.number_keys(self.sub.name, [recorded.position])[0]

@@ -1,0 +1,77 @@
+"""A subscription of one partition reads through pgmsg_read_partition (migration 0019, a plan
+kept for the session): the same rows, in the same columns, as the lock_and_read statement
+that subscriptions of more partitions use, for every shape of subscription."""
+
+import pytest
+from django.db import connection, transaction
+
+import pgmsg
+from pgmsg.events import reads
+from pgmsg.events.subscriptions import QUERIES, ensure_partitions
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Shipped(pgmsg.Event, type="test.readpartition.shipped"):
+    n: int
+
+
+class Billed(pgmsg.Event, type="test.readpartition.billed"):
+    n: int
+
+
+SHAPES = [
+    pgmsg.Subscription("test-rp-category", category="rp", partitions=1),
+    pgmsg.Subscription("test-rp-all", partitions=1),
+    pgmsg.Subscription("test-rp-types", category="rp", partitions=1),
+]
+SHAPES[0].handler(Shipped, Billed)(lambda recorded: None)
+SHAPES[1].handler(Shipped, Billed)(lambda recorded: None)
+SHAPES[2].handler(Shipped)(lambda recorded: None)
+
+
+def params(sub, xmin, limit=100) -> dict:
+    return {
+        "subscription": sub.name,
+        "partition": 0,
+        "xmin": None if xmin is None else str(xmin),
+        "category": sub.category,
+        "types": sub.types,
+        "partitions": sub.partitions,
+        "key_source": sub.key_source,
+        "key": sub.key,
+        "limit": limit,
+        "floor": None,
+        "floor_xid": 0,
+        "floor_oids": [],
+        "floor_seals": [],
+        "floor_lowest": None,
+    }
+
+
+@pytest.mark.parametrize("sub", SHAPES, ids=lambda s: s.name)
+@pytest.mark.parametrize("limit", [100, 3])
+def test_the_function_reads_what_the_statement_reads(sub, limit):
+    for i in range(4):
+        pgmsg.append(f"rp-{i % 2}", [Shipped(n=i), Billed(n=i)])
+        pgmsg.append(f"other-{i % 2}", Shipped(n=i))
+    with connection.cursor() as cursor:
+        ensure_partitions(sub, cursor)
+        xmin = reads.read_horizon(cursor)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(QUERIES["lock_and_read"], params(sub, xmin, limit))
+        expected = cursor.fetchall()
+        cursor.execute(QUERIES["read_partition"], params(sub, xmin, limit))
+        assert cursor.fetchall() == expected
+        # Without a horizon given: the one set by read_horizon_here, as the worker sends it.
+        cursor.execute(
+            QUERIES["read_horizon_here"] + ";\n" + QUERIES["read_partition"],
+            params(sub, None, limit),
+        )
+        assert int(cursor.fetchone()[0]) >= xmin
+        cursor.nextset()
+        assert cursor.fetchall() == expected
+    events = [row[7:] for row in expected if row[7] is not None]
+    categories = {row[2].partition("-")[0] for row in events}  # stream_name's category
+    assert len(events) == min(limit, {"test-rp-all": 12, "test-rp-category": 8}.get(sub.name, 4))
+    assert categories == ({"rp", "other"} if sub.category is None else {"rp"})
