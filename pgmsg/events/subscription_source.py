@@ -108,9 +108,11 @@ class SubscriptionSource:
             # than each partition's read, so every transaction below it has ended by then.
             # Straight to the partitions, the first one reads it in its read's query string.
             xmin = self._full_horizon
-            if xmin is None and not busy:
-                xmin = reads.read_horizon(cursor)
-            due = self.mine if busy else self._due_or_advance(cursor, xmin)
+            if busy:
+                due = self.mine
+            else:
+                xmin = xmin or reads.read_horizon(cursor)
+                due = self._due_or_advance(cursor, xmin)
         claimed, full = 0, 0
         for partition in due:
             if worker.stopping:
@@ -163,10 +165,10 @@ class SubscriptionSource:
 
     def _process_partition(
         self, worker: Worker, partition: int, xmin: int | None
-    ) -> tuple[int, int | None]:
-        """One partition's batch in its own transaction: (events read, or the batch size to come
-        back at once; the horizon read below, None if none was read: ``xmin`` None reads it
-        first, in the same round trip)."""
+    ) -> tuple[int, int]:
+        """One partition's batch in its own transaction. Returns (events read, or the batch
+        size to come back at once; the horizon the read stayed below: ``xmin``, or when that
+        is None, the one read in the read's own round trip)."""
         db, sub = worker.database, self.sub
         connection = connections[db]
         # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
@@ -333,25 +335,7 @@ class SubscriptionSource:
             query = _READ_HORIZON_AND_PARTITION if xmin is None else QUERIES["read_partition"]
         else:
             query = _READ_HORIZON_AND_LOCK if xmin is None else QUERIES["lock_and_read"]
-        cursor.execute(
-            query,
-            {
-                "subscription": sub.name,
-                "partition": partition,
-                "xmin": None if xmin is None else str(xmin),
-                "category": sub.category,
-                "types": sub.types,
-                "partitions": sub.partitions,
-                "key_source": sub.key_source,
-                "key": sub.key,
-                "limit": limit,
-                "floor": floor and floor.at,
-                "floor_xid": floor.xid if floor else 0,
-                "floor_oids": floor.oids if floor else [],
-                "floor_seals": floor.seals if floor else [],
-                "floor_lowest": floor and floor.lowest,
-            },
-        )
+        cursor.execute(query, read_parameters(sub, partition, xmin, limit, floor))
         if xmin is None:
             xmin = int(cursor.fetchone()[0])
             cursor.nextset()
@@ -379,6 +363,34 @@ class SubscriptionSource:
             return run, None
         claims.narrow(worker, CLAIM_KIND, keys[:1], xid)
         return read[:1], suspect
+
+
+def read_parameters(
+    sub: Subscription,
+    partition: int,
+    xmin: int | None,
+    limit: int,
+    floor: store_partitions.Floor | None = None,
+) -> dict:
+    """The parameters of lock_and_read and read_partition for one partition of ``sub``:
+    events below ``xmin`` (None: the transaction's pgmsg.read_horizon, read_horizon_here),
+    up to ``limit``, from ``floor`` on (None: every month)."""
+    return {
+        "subscription": sub.name,
+        "partition": partition,
+        "xmin": None if xmin is None else str(xmin),
+        "category": sub.category,
+        "types": sub.types,
+        "partitions": sub.partitions,
+        "key_source": sub.key_source,
+        "key": sub.key,
+        "limit": limit,
+        "floor": floor and floor.at,
+        "floor_xid": floor.xid if floor else 0,
+        "floor_oids": floor.oids if floor else [],
+        "floor_seals": floor.seals if floor else [],
+        "floor_lowest": floor and floor.lowest,
+    }
 
 
 def worker_sources(options: sources.SourceOptions) -> list[SubscriptionSource]:

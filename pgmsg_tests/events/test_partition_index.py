@@ -9,29 +9,16 @@ from django.db import connection, transaction
 import pgmsg
 from pgmsg.events import reads, subscriptions
 from pgmsg.events.store import START
+from pgmsg.events.subscription_source import read_parameters
 from pgmsg_tests.testapp.events_handlers import Step
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def read_params(sub: pgmsg.Subscription, partition: int, limit: int = 1000) -> dict:
-    """The parameters of the read a worker makes for one partition (lock_and_read)."""
-    return {
-        "subscription": sub.name,
-        "partition": partition,
-        "xmin": "100000000",
-        "category": sub.category,
-        "types": None,
-        "partitions": sub.partitions,
-        "key_source": sub.key_source,
-        "key": sub.key,
-        "limit": limit,
-        "floor": None,
-        "floor_xid": 0,
-        "floor_oids": [],
-        "floor_seals": [],
-        "floor_lowest": None,
-    }
+    """The parameters of the read a worker makes for one partition (lock_and_read), with
+    every type and a horizon past every event."""
+    return {**read_parameters(sub, partition, 100000000, limit), "types": None}
 
 
 def read_plan(sub: pgmsg.Subscription, partition: int) -> str:

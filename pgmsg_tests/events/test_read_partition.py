@@ -7,6 +7,7 @@ from django.db import connection, transaction
 
 import pgmsg
 from pgmsg.events import reads
+from pgmsg.events.subscription_source import read_parameters
 from pgmsg.events.subscriptions import QUERIES, ensure_partitions
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,25 +31,6 @@ SHAPES[1].handler(Shipped, Billed)(lambda recorded: None)
 SHAPES[2].handler(Shipped)(lambda recorded: None)
 
 
-def params(sub, xmin, limit=100) -> dict:
-    return {
-        "subscription": sub.name,
-        "partition": 0,
-        "xmin": None if xmin is None else str(xmin),
-        "category": sub.category,
-        "types": sub.types,
-        "partitions": sub.partitions,
-        "key_source": sub.key_source,
-        "key": sub.key,
-        "limit": limit,
-        "floor": None,
-        "floor_xid": 0,
-        "floor_oids": [],
-        "floor_seals": [],
-        "floor_lowest": None,
-    }
-
-
 @pytest.mark.parametrize("sub", SHAPES, ids=lambda s: s.name)
 @pytest.mark.parametrize("limit", [100, 3])
 def test_the_function_reads_what_the_statement_reads(sub, limit):
@@ -59,14 +41,14 @@ def test_the_function_reads_what_the_statement_reads(sub, limit):
         ensure_partitions(sub, cursor)
         xmin = reads.read_horizon(cursor)
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(QUERIES["lock_and_read"], params(sub, xmin, limit))
+        cursor.execute(QUERIES["lock_and_read"], read_parameters(sub, 0, xmin, limit))
         expected = cursor.fetchall()
-        cursor.execute(QUERIES["read_partition"], params(sub, xmin, limit))
+        cursor.execute(QUERIES["read_partition"], read_parameters(sub, 0, xmin, limit))
         assert cursor.fetchall() == expected
         # Without a horizon given: the one set by read_horizon_here, as the worker sends it.
         cursor.execute(
             QUERIES["read_horizon_here"] + ";\n" + QUERIES["read_partition"],
-            params(sub, None, limit),
+            read_parameters(sub, 0, None, limit),
         )
         assert int(cursor.fetchone()[0]) >= xmin
         cursor.nextset()
