@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from pgmsg.core import batch, conf, errors, payloads, sql
 from pgmsg.core.ids import uuid7
-from pgmsg.events import names
+from pgmsg.events.names import category_of, is_type_name, validate_stream_name
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Event:
         if "__dataclass_fields__" not in cls.__dict__:
             dataclasses.dataclass(cls)
         name = type or cls.__name__
-        if not names.is_type_name(name):
+        if not is_type_name(name):
             raise errors.ConfigurationError(
                 f"{cls.__qualname__}: invalid event type {name!r}: use letters, digits, '_' or "
                 "'.', starting with a letter"
@@ -191,7 +191,7 @@ class RecordedEvent:
 
     @property
     def category(self) -> str:
-        return names.category_of(self.stream_name)
+        return category_of(self.stream_name)
 
     @property
     def checkpoint(self) -> Checkpoint:
@@ -275,7 +275,7 @@ def append(
     stored already (a retried call), nothing is written and the stored version is returned,
     whatever ``expected_version``; if only some are, DuplicateMessageId is raised.
     """
-    names.validate_stream_name(stream)
+    validate_stream_name(stream)
     given = [events] if isinstance(events, Event) else list(events)
     if not given:
         raise errors.PayloadError(f"append to {stream!r}: no events given")
@@ -312,7 +312,7 @@ def append(
 
     params = {
         "stream": stream,
-        "category": names.category_of(stream),
+        "category": category_of(stream),
         "types": types,
         "data": data,
         "metadata": metadata,
