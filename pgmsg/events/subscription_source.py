@@ -327,11 +327,13 @@ class SubscriptionSource:
         read_partition when the subscription has one partition), from ``floor`` on (None:
         every month), below ``xmin``: when None, the read horizon is read first, in the same
         query string (read_horizon_here). Returns (rows, horizon). No row: the partition is
-        not ours to serve now."""
+        not ours to serve now. The partition's columns are those of the first row; the
+        events are the rows with an event position (read_partition gives the partition a row
+        of its own, lock_and_read repeats it on each event's row)."""
         sub = self.sub
         if xmin is None and not isinstance(cursor.cursor, psycopg.ClientCursor):
             xmin = reads.read_horizon(cursor)  # binding on the server: one statement a call
-        if sub.partitions == 1:  # the function with its kept plan (migration 0019)
+        if sub.partitions == 1:  # the function with its kept plan (migrations 0019, 0020)
             query = _READ_HORIZON_AND_PARTITION if xmin is None else QUERIES["read_partition"]
         else:
             query = _READ_HORIZON_AND_LOCK if xmin is None else QUERIES["lock_and_read"]

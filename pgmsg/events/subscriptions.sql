@@ -127,8 +127,11 @@ FROM held LEFT JOIN LATERAL (
 ORDER BY e.xid::xid8, e.position;
 
 -- name: read_partition
--- lock_and_read for a subscription of one partition, through pgmsg_read_partition (migration
--- 0019): the same columns, a plan kept for the session instead of a parse and plan per call.
+-- lock_and_read for a subscription of one partition, through pgmsg_read_partition (migrations
+-- 0019 and 0020): the same columns, a plan kept for the session instead of a parse and plan per
+-- call. The partition's columns come once, in the first row (its event columns NULL), instead
+-- of on every event's row: the caller takes the partition from the first row and the events
+-- from the rows with an event position, which reads lock_and_read's rows the same way.
 SELECT * FROM pgmsg_read_partition(
     %(subscription)s, %(partition)s, %(xmin)s::text, %(category)s::text, %(types)s::text[],
     %(limit)s, %(floor)s::timestamptz, %(floor_xid)s::bigint, %(floor_oids)s::bigint[],

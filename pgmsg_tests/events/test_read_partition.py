@@ -1,6 +1,8 @@
-"""A subscription of one partition reads through pgmsg_read_partition (migration 0019, a plan
-kept for the session): the same rows, in the same columns, as the lock_and_read statement
-that subscriptions of more partitions use, for every shape of subscription."""
+"""A subscription of one partition reads through pgmsg_read_partition (migrations 0019 and 0020,
+a plan kept for the session): the same partition and the same events, in the same columns, as
+the lock_and_read statement that subscriptions of more partitions use, for every shape of
+subscription. The statement repeats the partition's columns on each event's row; the function
+returns them once, in a first row of their own (the worker reads both alike: read_rows)."""
 
 import pytest
 from django.db import connection, transaction
@@ -42,9 +44,13 @@ def test_the_function_reads_what_the_statement_reads(sub, limit):
         xmin = reads.read_horizon(cursor)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(QUERIES["lock_and_read"], read_parameters(sub, 0, xmin, limit))
-        expected = cursor.fetchall()
+        expected = read_rows(cursor.fetchall())
         cursor.execute(QUERIES["read_partition"], read_parameters(sub, 0, xmin, limit))
-        assert cursor.fetchall() == expected
+        function_rows = cursor.fetchall()
+        assert read_rows(function_rows) == expected
+        # The partition once, first, its event columns NULL; its columns NULL on the events'.
+        assert function_rows[0][7:] == (None,) * 9
+        assert all(row[:7] == (None,) * 7 for row in function_rows[1:])
         # Without a horizon given: the one set by read_horizon_here, as the worker sends it.
         cursor.execute(
             QUERIES["read_horizon_here"] + ";\n" + QUERIES["read_partition"],
@@ -52,8 +58,15 @@ def test_the_function_reads_what_the_statement_reads(sub, limit):
         )
         assert int(cursor.fetchone()[0]) >= xmin
         cursor.nextset()
-        assert cursor.fetchall() == expected
-    events = [row[7:] for row in expected if row[7] is not None]
+        assert read_rows(cursor.fetchall()) == expected
+    held, events = expected
+    assert held[0] is not None and held[6] is True  # the partition's id; no floor: it holds
     categories = {row[2].partition("-")[0] for row in events}  # stream_name's category
     assert len(events) == min(limit, {"test-rp-all": 12, "test-rp-category": 8}.get(sub.name, 4))
     assert categories == ({"rp", "other"} if sub.category is None else {"rp"})
+
+
+def read_rows(rows: list[tuple]) -> tuple[tuple, list[tuple]]:
+    """What the worker takes from a read: the partition's columns (from the first row) and the
+    events' (from the rows that have one)."""
+    return rows[0][:7], [row[7:] for row in rows if row[7] is not None]
