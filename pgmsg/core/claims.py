@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import select
 import struct
 from collections.abc import Iterable, Sequence
 
@@ -103,15 +104,106 @@ def record_and_count(
 ) -> dict[int, int]:
     """Record, committed at once, that transaction ``xid`` is about to run rows ``ids``;
     return the crashes of those that have any: {id: crashes}."""
+    with send_record(worker, kind, ids, xid) as record:
+        return record.crashes()
+
+
+#: record_and_count as libpq takes it: $1 kind, $2 ids (binary int8[]), $3 xid, $4 pid.
+_RECORD_STATEMENT = (
+    QUERIES["record_and_count"]
+    .replace("%(kind)s", "$1")
+    .replace("%(ids)b", "$2")
+    .replace("%(xid)s", "$3")
+    .replace("%(pid)s", "$4")
+    .encode()
+)
+_RECORD_TYPES = [psycopg.postgres.types["text"].oid, _IdsDumper.oid]
+_RECORD_TYPES += [psycopg.postgres.types["int8"].oid, psycopg.postgres.types["int4"].oid]
+
+
+def send_record(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int) -> SentRecord:
+    """record_and_count in two halves: the record is sent now, and travels, commits and is
+    counted while the caller decodes its batch; ``.crashes()`` then reads the answer (which
+    must come before any handler runs). Use it as a context manager: an answer not read
+    (an error on the way) is read and dropped at the block's end, so that the connection
+    is free again.
+
+    The statement goes through libpq's asynchronous calls on the worker's side connection:
+    psycopg's own calls wait for the answer, and its pipeline mode waits for it as well before
+    the implicit transaction's Sync, which the commit needs."""
     conn = worker.side_connection()
     worker.last_claim = xid
     if conn is None:
-        return {}
-    cursor = conn.execute(
-        QUERIES["record_and_count"],
-        {"kind": kind, "ids": _Ids(ids), "xid": xid, "pid": os.getpid()},
+        return SentRecord(None)
+    pgconn = conn.pgconn
+    params = [kind.encode(), _IdsDumper(_Ids).dump(list(ids)), b"%d" % xid, b"%d" % os.getpid()]
+    pgconn.send_query_params(
+        _RECORD_STATEMENT, params, param_types=_RECORD_TYPES, param_formats=[0, 1, 0, 0]
     )
-    return dict(cursor.fetchall())
+    while pgconn.flush():  # 1: more to send than the socket took
+        select.select([], [pgconn.socket], [])
+    return SentRecord(conn)
+
+
+class SentRecord:
+    """A claim record on its way (send_record)."""
+
+    def __init__(self, conn: psycopg.Connection | None) -> None:
+        self._conn = conn
+
+    def crashes(self) -> dict[int, int]:
+        """Wait for the record's answer: the crashes of the recorded ids that have any."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return {}
+        return dict(_answer(conn))
+
+    def __enter__(self) -> SentRecord:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._conn is not None:
+            try:
+                self.crashes()
+            except psycopg.Error:
+                pass  # the error on the way is the one that counts
+
+
+def _answer(conn: psycopg.Connection) -> list[tuple[int, int]]:
+    """The rows of the statement sent on ``conn`` by send_record, once it has ended; its error
+    raised as psycopg raises it. Notifications that arrive meanwhile (the side connection
+    also LISTENs) are handed to psycopg, as its own calls do, for the worker's next wait."""
+    pgconn = conn.pgconn
+    results = []
+    while True:
+        pgconn.consume_input()  # raises OperationalError when the connection is lost
+        while not pgconn.is_busy():
+            result = pgconn.get_result()
+            if result is None:
+                _pass_on_notifications(pgconn)
+                return _rows(conn, results)
+            results.append(result)
+        _pass_on_notifications(pgconn)
+        select.select([pgconn.socket], [], [])
+
+
+def _pass_on_notifications(pgconn: psycopg.pq.abc.PGconn) -> None:
+    # libpq parses what consume_input() read in is_busy() and get_result(): only after those
+    # does it list the notifications that came in with the answer.
+    while (notify := pgconn.notifies()) is not None:
+        if pgconn.notify_handler is not None:
+            pgconn.notify_handler(notify)
+
+
+def _rows(conn: psycopg.Connection, results: list) -> list[tuple[int, int]]:
+    for result in results:
+        if result.status != psycopg.pq.ExecStatus.TUPLES_OK:
+            raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+    return [
+        (int(result.get_value(i, 0)), int(result.get_value(i, 1)))
+        for result in results
+        for i in range(result.ntuples)
+    ]
 
 
 def narrow(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int) -> None:

@@ -201,13 +201,19 @@ class SubscriptionSource:
             if archived is not None:
                 self._stop_at_archive(cursor, id_, partition, start, archived)
                 return 0, xmin
-            read = RecordedEvent.from_rows(row[7:] for row in rows if row[7] is not None)
+            found = [row[7:] for row in rows if row[7] is not None]
+            if found and own_transaction:
+                # The claim record travels while the events are decoded (claims.send_record).
+                keys = claims.number_keys(sub.name, [row[0] for row in found])
+                with claims.send_record(worker, CLAIM_KIND, keys, xid) as record:
+                    read = RecordedEvent.from_rows(found)
+                    run, suspect = self._record(worker, read, keys, record.crashes(), xid)
+            else:
+                read = run = RecordedEvent.from_rows(found)
+                suspect = None
             # Only the first event read is the one that failed before (if one did).
             first = read[0] if read else None
             complete = len(read) < worker.batch_size  # every event up to the horizon was read
-            run, suspect = read, None
-            if read and own_transaction:
-                run, suspect = self._record(worker, read, xid)
             crashes = suspect[1] if suspect else 0
 
             def delivery(recorded: RecordedEvent) -> batch.Delivery:
@@ -346,15 +352,21 @@ class SubscriptionSource:
     def _claim_key(self, recorded: RecordedEvent) -> int:
         return claims.number_keys(self.sub.name, [recorded.position])[0]
 
-    def _record(self, worker: Worker, read: list[RecordedEvent], xid: int):
-        """Record the batch's claim outside its transaction (pgmsg/core/claims.py). If some
-        of its events were in batches that died, the batch is cut short: the events before
-        the first such suspect run as usual; when the suspect comes first, it runs alone.
+    def _record(
+        self,
+        worker: Worker,
+        read: list[RecordedEvent],
+        keys: list[int],
+        crashes: dict[int, int],
+        xid: int,
+    ):
+        """After the batch's claim was recorded outside its transaction with ``keys`` (one
+        per event read; pgmsg/core/claims.py), and ``crashes`` came back: if some of its
+        events were in batches that died, the batch is cut short: the events before the first
+        such suspect run as usual; when the suspect comes first, it runs alone.
 
         Returns (events to run, (the suspect, its crashes) or None).
         """
-        keys = claims.number_keys(self.sub.name, [recorded.position for recorded in read])
-        crashes = claims.record_and_count(worker, CLAIM_KIND, keys, xid)
         found = next((i for i, k in enumerate(keys) if k in crashes), None)
         if found is None:
             return read, None

@@ -1,0 +1,91 @@
+"""The claim record sent ahead (claims.send_record): it commits without its answer being read,
+counts crashes as the synchronous call did, and leaves the worker's side connection (which
+also LISTENs) as it found it, whatever happens while the answer is on its way."""
+
+import time
+
+import psycopg
+import pytest
+from django.db import connection
+
+from pgmsg.core import claims
+from pgmsg.core.wake import WAKE_CHANNEL
+from pgmsg.core.worker import Worker
+from pgmsg_dev.devdb import database_url
+from pgmsg_tests.conftest import wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def worker():
+    worker = Worker(channel_names=["test.work"], install_signal_handlers=False)
+    worker._connect_listener()  # the side connection, LISTENing, as a running worker has it
+    yield worker
+    worker._close()
+
+
+def aborted_transaction_id() -> int:
+    with psycopg.connect(database_url(connection.settings_dict)) as conn:
+        xid = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0]
+        conn.rollback()
+    return xid
+
+
+def claim_rows(xid: int) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT kind, ids FROM pgmsg_claim WHERE transaction_id = %s", [xid])
+        return cursor.fetchall()
+
+
+def test_a_record_commits_before_its_answer_is_read(worker):
+    # A worker killed while it decodes its batch must have left its record behind.
+    xid = aborted_transaction_id() + 1_000_000  # no such transaction yet: never committed
+    record = claims.send_record(worker, "test", [1, 2, 3], xid)
+    wait_for(lambda: claim_rows(xid), timeout=30, message="the record, committed")
+    assert claim_rows(xid) == [("test", [1, 2, 3])]
+    assert record.crashes() == {}
+    assert worker.last_claim == xid
+
+
+def test_the_answer_counts_the_crashes_of_batches_that_died(worker):
+    died = aborted_transaction_id()
+    with claims.send_record(worker, "test", [10, 11, 12], died) as record:
+        assert record.crashes() == {}
+    died_again = aborted_transaction_id()
+    with claims.send_record(worker, "test", [11, 12], died_again) as record:
+        assert record.crashes() == {11: 1, 12: 1}
+    with claims.send_record(worker, "test", [12, 13], aborted_transaction_id() + 1) as record:
+        assert record.crashes() == {12: 2}
+    assert claims.record_and_count(worker, "other", [12], died + 1_000_000) == {}
+
+
+def test_an_error_is_raised_as_psycopg_raises_it_and_the_connection_stays_usable(worker):
+    record = claims.send_record(worker, "k" * 30, [1], 1)  # pgmsg_claim.kind: varchar(20)
+    with pytest.raises(psycopg.errors.StringDataRightTruncation):
+        record.crashes()
+    side = worker.side_connection()
+    assert side.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_an_answer_left_unread_is_read_at_the_blocks_end(worker):
+    with pytest.raises(RuntimeError), claims.send_record(worker, "test", [5], 1):
+        raise RuntimeError("decoding the batch failed")
+    assert worker.side_connection().execute("SELECT 2").fetchone() == (2,)
+    # Also after an error answer that nobody read.
+    with pytest.raises(RuntimeError), claims.send_record(worker, "k" * 30, [5], 1):
+        raise RuntimeError("decoding the batch failed")
+    assert worker.side_connection().execute("SELECT 3").fetchone() == (3,)
+
+
+def test_a_notification_that_arrives_with_the_answer_reaches_the_next_wait(worker):
+    side = worker.side_connection()
+    with claims.send_record(worker, "test", [7], 1) as record:
+        with psycopg.connect(database_url(connection.settings_dict), autocommit=True) as other:
+            other.execute("SELECT pg_notify(%s, 'wake-up while recording')", [WAKE_CHANNEL])
+            # The answer is read after the notification has reached the side connection:
+            # a pause only orders the two (nothing is timed).
+            time.sleep(0.5)
+        assert record.crashes() == {}
+    got = [n.payload for n in side.notifies(timeout=2, stop_after=1)]
+    assert got == ["wake-up while recording"]
