@@ -36,6 +36,7 @@ import logging
 import os
 import select
 import struct
+import weakref
 from collections.abc import Iterable, Sequence
 
 import psycopg
@@ -136,13 +137,25 @@ def send_record(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int)
     if conn is None:
         return SentRecord(None)
     pgconn = conn.pgconn
+    if conn not in _prepared:  # planned once per connection, as psycopg would prepare it
+        pgconn.send_prepare(_RECORD_NAME, _RECORD_STATEMENT, param_types=_RECORD_TYPES)
+        _flush(pgconn)
+        _answer(conn)
+        _prepared.add(conn)
     params = [kind.encode(), _IdsDumper(_Ids).dump(list(ids)), b"%d" % xid, b"%d" % os.getpid()]
-    pgconn.send_query_params(
-        _RECORD_STATEMENT, params, param_types=_RECORD_TYPES, param_formats=[0, 1, 0, 0]
-    )
+    pgconn.send_query_prepared(_RECORD_NAME, params, param_formats=[0, 1, 0, 0])
+    _flush(pgconn)
+    return SentRecord(conn)
+
+
+#: The side connections on which _RECORD_NAME is prepared (a new connection prepares it anew).
+_prepared: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
+_RECORD_NAME = b"pgmsg_record_claim"
+
+
+def _flush(pgconn: psycopg.pq.abc.PGconn) -> None:
     while pgconn.flush():  # 1: more to send than the socket took
         select.select([], [pgconn.socket], [])
-    return SentRecord(conn)
 
 
 class SentRecord:
@@ -187,6 +200,9 @@ def _answer(conn: psycopg.Connection) -> list[tuple[int, int]]:
         select.select([pgconn.socket], [], [])
 
 
+_SUCCESS = (psycopg.pq.ExecStatus.TUPLES_OK, psycopg.pq.ExecStatus.COMMAND_OK)
+
+
 def _pass_on_notifications(pgconn: psycopg.pq.abc.PGconn) -> None:
     # libpq parses what consume_input() read in is_busy() and get_result(): only after those
     # does it list the notifications that came in with the answer.
@@ -197,7 +213,7 @@ def _pass_on_notifications(pgconn: psycopg.pq.abc.PGconn) -> None:
 
 def _rows(conn: psycopg.Connection, results: list) -> list[tuple[int, int]]:
     for result in results:
-        if result.status != psycopg.pq.ExecStatus.TUPLES_OK:
+        if result.status not in _SUCCESS:
             raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
     return [
         (int(result.get_value(i, 0)), int(result.get_value(i, 1)))

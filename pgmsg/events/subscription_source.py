@@ -29,10 +29,16 @@ logger = logging.getLogger(__name__)
 #: pgmsg_claim.kind of events, named there by claims.number_keys(subscription, positions).
 CLAIM_KIND = "event"
 
+#: In a read's rows (lock_and_read, read_partition): the event columns are [7:EVENT_END]; the
+#: horizon read_partition used is in the partition's row, at HORIZON_USED.
+EVENT_END = 16
+HORIZON_USED = 16
+
 #: The read horizon, then the partition's read below it: two statements, one round trip
-#: (client-side binding sends them as one simple query; each has its own snapshot).
+#: (client-side binding sends them as one simple query; each has its own snapshot). A
+#: subscription of one partition reads through pgmsg_read_partition, which reads the horizon
+#: itself when it is not given.
 _READ_HORIZON_AND_LOCK = QUERIES["read_horizon_here"] + ";\n" + QUERIES["lock_and_read"]
-_READ_HORIZON_AND_PARTITION = QUERIES["read_horizon_here"] + ";\n" + QUERIES["read_partition"]
 
 
 class SubscriptionSource:
@@ -165,10 +171,10 @@ class SubscriptionSource:
 
     def _process_partition(
         self, worker: Worker, partition: int, xmin: int | None
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int | None]:
         """One partition's batch in its own transaction. Returns (events read, or the batch
         size to come back at once; the horizon the read stayed below: ``xmin``, or when that
-        is None, the one read in the read's own round trip)."""
+        is None, the one read in the read's own round trip, None when nothing was read)."""
         db, sub = worker.database, self.sub
         connection = connections[db]
         # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
@@ -201,7 +207,7 @@ class SubscriptionSource:
             if archived is not None:
                 self._stop_at_archive(cursor, id_, partition, start, archived)
                 return 0, xmin
-            found = [row[7:] for row in rows if row[7] is not None]
+            found = [row[7:EVENT_END] for row in rows if row[7] is not None]
             if found and own_transaction:
                 # The claim record travels while the events are decoded (claims.send_record).
                 keys = claims.number_keys(sub.name, [row[0] for row in found])
@@ -328,21 +334,28 @@ class SubscriptionSource:
         xmin: int | None,
         limit: int,
         floor: store_partitions.Floor | None,
-    ) -> tuple[list[tuple], int]:
+    ) -> tuple[list[tuple], int | None]:
         """Hold the partition and read its next events, in one statement (lock_and_read, or
         read_partition when the subscription has one partition), from ``floor`` on (None:
-        every month), below ``xmin``: when None, the read horizon is read first, in the same
-        query string (read_horizon_here). Returns (rows, horizon). No row: the partition is
-        not ours to serve now. The partition's columns are those of the first row; the
-        events are the rows with an event position (read_partition gives the partition a row
-        of its own, lock_and_read repeats it on each event's row)."""
+        every month), below ``xmin``: when None, the read horizon is read first (by
+        read_partition itself, or in the same query string as lock_and_read:
+        read_horizon_here). Returns (rows, horizon; None when read_partition was to read it
+        and returned no row). No row: the partition is not ours to serve now. The
+        partition's columns are those of the first row; the events are the rows with an
+        event position (read_partition gives the partition a row of its own, lock_and_read
+        repeats it on each event's row)."""
         sub = self.sub
+        if sub.partitions == 1:  # the function with its kept plan (migrations 0019, 0020)
+            cursor.execute(
+                QUERIES["read_partition"], read_parameters(sub, partition, xmin, limit, floor)
+            )
+            rows = cursor.fetchall()
+            if xmin is None and rows:
+                xmin = rows[0][HORIZON_USED]
+            return rows, xmin
         if xmin is None and not isinstance(cursor.cursor, psycopg.ClientCursor):
             xmin = reads.read_horizon(cursor)  # binding on the server: one statement a call
-        if sub.partitions == 1:  # the function with its kept plan (migrations 0019, 0020)
-            query = _READ_HORIZON_AND_PARTITION if xmin is None else QUERIES["read_partition"]
-        else:
-            query = _READ_HORIZON_AND_LOCK if xmin is None else QUERIES["lock_and_read"]
+        query = _READ_HORIZON_AND_LOCK if xmin is None else QUERIES["lock_and_read"]
         cursor.execute(query, read_parameters(sub, partition, xmin, limit, floor))
         if xmin is None:
             xmin = int(cursor.fetchone()[0])
@@ -387,8 +400,9 @@ def read_parameters(
     floor: store_partitions.Floor | None = None,
 ) -> dict:
     """The parameters of lock_and_read and read_partition for one partition of ``sub``:
-    events below ``xmin`` (None: the transaction's pgmsg.read_horizon, read_horizon_here),
-    up to ``limit``, from ``floor`` on (None: every month)."""
+    events below ``xmin`` (None: read_partition reads the horizon itself, lock_and_read takes
+    the transaction's pgmsg.read_horizon, set by read_horizon_here), up to ``limit``, from
+    ``floor`` on (None: every month)."""
     return {
         "subscription": sub.name,
         "partition": partition,

@@ -131,7 +131,9 @@ ORDER BY e.xid::xid8, e.position;
 -- 0019 and 0020): the same columns, a plan kept for the session instead of a parse and plan per
 -- call. The partition's columns come once, in the first row (its event columns NULL), instead
 -- of on every event's row: the caller takes the partition from the first row and the events
--- from the rows with an event position, which reads lock_and_read's rows the same way.
+-- from the rows with an event position, which reads lock_and_read's rows the same way. With
+-- %(xmin)s NULL, the function reads the horizon itself, before it locks and reads, and returns
+-- it in the partition's row, in a last column of its own (no read_horizon_here before it).
 SELECT * FROM pgmsg_read_partition(
     %(subscription)s, %(partition)s, %(xmin)s::text, %(category)s::text, %(types)s::text[],
     %(limit)s, %(floor)s::timestamptz, %(floor_xid)s::bigint, %(floor_oids)s::bigint[],

@@ -1,5 +1,5 @@
-# pgmsg_read_partition returns the held partition once, then its events (docs/events.md,
-# "Reading a partition").
+# pgmsg_read_partition returns the held partition once, then its events, and reads the read
+# horizon itself (docs/events.md, "Reading a partition").
 #
 # In 0019 every event row repeated the partition's seven columns, made by a lateral join: a
 # read of 1,000 events took 3.0 to 3.7 ms against 2.1 to 2.2 ms for the events alone (psycopg
@@ -7,13 +7,25 @@
 # variables, returns that row (event columns NULL), then the events (partition columns NULL),
 # in their read order. The worker reads both shapes alike: the partition from the first row,
 # the events from the rows whose event position is not NULL.
+#
+# Without a horizon given, the function reads it (pgmsg_read_horizon) in its first statement,
+# and returns it in the partition's row (the last column): a function that is not STABLE
+# takes a new snapshot for each statement, so the lock and the read still see every
+# transaction below the horizon that had ended. It replaces a set_config of the horizon sent
+# before the call in the same query string (0.1 ms less per read after a wake-up).
 
 import importlib
 
 from django.db import migrations
 
-# Backwards: 0019's function (same name, arguments and columns).
+# Backwards: 0019's function (same name and arguments, one column less).
 PREVIOUS = importlib.import_module('pgmsg.migrations.0019_subscription_read').READ_FUNCTION
+
+DROP_READ_FUNCTION = """
+DROP FUNCTION IF EXISTS pgmsg_read_partition(
+    text, int, text, text, text[], int, timestamptz, bigint, bigint[], text[], timestamptz
+);
+"""
 
 # The events after the held checkpoint. {category}: the condition the two branches differ by
 # (an index condition when the subscription has a category).
@@ -22,7 +34,7 @@ EVENTS_QUERY = """        RETURN QUERY
                NULL::boolean,
                ev.position, ev.transaction_id::text, ev.stream_name, ev.version, ev.type,
                ev.data::text, ev.metadata::text, ev.message_id,
-               (extract(epoch FROM ev.recorded_at) * 1000000)::bigint
+               (extract(epoch FROM ev.recorded_at) * 1000000)::bigint, NULL::bigint
         FROM pgmsg_event AS ev
         WHERE {category}(ev.transaction_id, ev.position) > (after_xid, after_position)
           AND ev.transaction_id < below
@@ -34,7 +46,7 @@ EVENTS_QUERY = """        RETURN QUERY
 
 READ_FUNCTION = (
     """
-CREATE OR REPLACE FUNCTION pgmsg_read_partition(
+CREATE FUNCTION pgmsg_read_partition(
     subscription_name text, partition_number int, horizon text, category_name text,
     type_names text[], batch_limit int, floor_at timestamptz, floor_xid bigint,
     floor_oids bigint[], floor_seals text[], floor_lowest timestamptz
@@ -42,7 +54,7 @@ CREATE OR REPLACE FUNCTION pgmsg_read_partition(
     id bigint, checkpoint_transaction bigint, checkpoint_position bigint, attempts int,
     xid bigint, archived text, floor_ok boolean, event_position bigint, event_xid text,
     stream_name text, version int, type text, data text, metadata text, message_id uuid,
-    recorded_at_us bigint
+    recorded_at_us bigint, horizon_used bigint
 )
 LANGUAGE plpgsql
 -- One plan per statement and session (0019): the filters are written so that the generic plan
@@ -51,9 +63,8 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
 DECLARE
-    -- NULL: the horizon read by the previous statement of this transaction
-    -- (subscriptions.sql, read_horizon_here).
-    below xid8 := coalesce(horizon, current_setting('pgmsg.read_horizon'))::xid8;
+    -- NULL: read it now, in a statement (and snapshot) before the lock's and the read's.
+    below xid8 := coalesce(horizon, pgmsg_read_horizon()::text)::xid8;
     since timestamptz := coalesce(floor_at, '-infinity');
     after_xid xid8;
     after_position bigint;
@@ -85,7 +96,8 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    RETURN NEXT;  -- the partition's row: its columns, the event columns NULL
+    horizon_used := below::text::bigint;
+    RETURN NEXT;  -- the partition's row: its columns and the horizon, the event columns NULL
     after_xid := checkpoint_transaction::text::xid8;
     after_position := checkpoint_position;
     IF category_name IS NULL THEN
@@ -106,5 +118,5 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RunSQL(READ_FUNCTION, PREVIOUS),
+        migrations.RunSQL(DROP_READ_FUNCTION + READ_FUNCTION, DROP_READ_FUNCTION + PREVIOUS),
     ]

@@ -9,7 +9,7 @@ from django.db import connection, transaction
 
 import pgmsg
 from pgmsg.events import reads
-from pgmsg.events.subscription_source import read_parameters
+from pgmsg.events.subscription_source import EVENT_END, HORIZON_USED, read_parameters
 from pgmsg.events.subscriptions import QUERIES, ensure_partitions
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,16 +49,14 @@ def test_the_function_reads_what_the_statement_reads(sub, limit):
         function_rows = cursor.fetchall()
         assert read_rows(function_rows) == expected
         # The partition once, first, its event columns NULL; its columns NULL on the events'.
-        assert function_rows[0][7:] == (None,) * 9
-        assert all(row[:7] == (None,) * 7 for row in function_rows[1:])
-        # Without a horizon given: the one set by read_horizon_here, as the worker sends it.
-        cursor.execute(
-            QUERIES["read_horizon_here"] + ";\n" + QUERIES["read_partition"],
-            read_parameters(sub, 0, None, limit),
-        )
-        assert int(cursor.fetchone()[0]) >= xmin
-        cursor.nextset()
-        assert read_rows(cursor.fetchall()) == expected
+        assert function_rows[0][7:EVENT_END] == (None,) * 9
+        assert function_rows[0][HORIZON_USED] == xmin  # the horizon given
+        assert all(row[:7] + row[EVENT_END:] == (None,) * 8 for row in function_rows[1:])
+        # Without a horizon given, the function reads it itself and returns it.
+        cursor.execute(QUERIES["read_partition"], read_parameters(sub, 0, None, limit))
+        rows = cursor.fetchall()
+        assert rows[0][HORIZON_USED] >= xmin
+        assert read_rows(rows) == expected
     held, events = expected
     assert held[0] is not None and held[6] is True  # the partition's id; no floor: it holds
     categories = {row[2].partition("-")[0] for row in events}  # stream_name's category
@@ -69,4 +67,4 @@ def test_the_function_reads_what_the_statement_reads(sub, limit):
 def read_rows(rows: list[tuple]) -> tuple[tuple, list[tuple]]:
     """What the worker takes from a read: the partition's columns (from the first row) and the
     events' (from the rows that have one)."""
-    return rows[0][:7], [row[7:] for row in rows if row[7] is not None]
+    return rows[0][:7], [row[7:EVENT_END] for row in rows if row[7] is not None]
