@@ -65,6 +65,9 @@ class NotificationSource:
         # puts rows there.
         self._from_id = 0
         self._next_from_start = 0.0
+        #: The running batch's messages by row id, decoded while its claim record travelled
+        #: (or _Undecodable); empty between batches.
+        self._decoded: dict[int, object] = {}
 
     def wants(self, wake_payload: str) -> bool:
         return wake_payload in self._listeners
@@ -80,14 +83,23 @@ class NotificationSource:
             fetched = self._claim(cursor, worker.batch_size)
             if not fetched:
                 return 0
-            rows = [ClaimedNotification._make(row[:-1]) for row in fetched]
             crashes: dict[int, int] = {}
             if own_transaction:
-                crashes = claims.record_and_count(
-                    worker, "notification", [row.id for row in rows], fetched[0][-1]
-                )
+                # The claim record travels while the rows are unpacked and their payloads
+                # decoded (claims.send_record); a payload that does not decode fails its row
+                # when the row runs, as decoding it there would.
+                ids, xid = [row[0] for row in fetched], fetched[0][-1]
+                with claims.send_record(worker, "notification", ids, xid) as record:
+                    rows = [ClaimedNotification._make(row[:-1]) for row in fetched]
+                    self._decoded = {row.id: self._decode_or_fail(row) for row in rows}
+                    crashes = record.crashes()
+            else:
+                rows = [ClaimedNotification._make(row[:-1]) for row in fetched]
             rows, run, failures = self._isolate_suspect(worker, cursor, rows, crashes)
-            result = batch.run_batch(worker, run, delivery=_delivery, handle=self._handle)
+            try:
+                result = batch.run_batch(worker, run, delivery=_delivery, handle=self._handle)
+            finally:
+                self._decoded = {}
             done = {row.id for row in result.done}
             failures.update((row.id, self._failure(row, exc)) for row, exc in result.failed)
             left = [row for row in rows if row.id not in done] if len(done) < len(rows) else []
@@ -147,13 +159,25 @@ class NotificationSource:
         return rows, [counted], {}
 
     def _handle(self, row: ClaimedNotification) -> None:
-        spec = self._specs[row.channel]
-        if spec.is_trigger:
-            message = triggers.decode_row_change(spec.model, row.payload)
-        else:
-            message = _decode(spec, row.payload)
+        message = self._decoded.get(row.id)
+        if message is None:
+            message = self._decode(row)
+        elif isinstance(message, _Undecodable):
+            raise message.error
         for func in self._listeners[row.channel]:
             func(message)
+
+    def _decode(self, row: ClaimedNotification):
+        spec = self._specs[row.channel]
+        if spec.is_trigger:
+            return triggers.decode_row_change(spec.model, row.payload)
+        return _decode(spec, row.payload)
+
+    def _decode_or_fail(self, row: ClaimedNotification):
+        try:
+            return self._decode(row)
+        except Exception as exc:  # raised when the row runs (_handle)
+            return _Undecodable(exc)
 
     def _failure(self, row: ClaimedNotification, exc: Exception) -> batch.Failure:
         spec = self._specs[row.channel]
@@ -225,6 +249,12 @@ def warn_undeclared(db: str) -> dict[str, int]:
             name,
         )
     return found
+
+
+class _Undecodable(NamedTuple):
+    """A payload whose decoding raised ``error`` (raised again when its row runs)."""
+
+    error: Exception
 
 
 def _delivery(row: ClaimedNotification) -> batch.Delivery:

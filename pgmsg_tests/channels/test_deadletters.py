@@ -135,3 +135,23 @@ def test_deadletters_command_lists_replays_and_discards():
     assert list(Notification.objects.values_list("id", flat=True)) == [first]
     with pytest.raises(CommandError, match="give notification ids, --channel NAME or --inbox"):
         call_command("pgmsg_deadletters", "discard")
+
+
+def test_an_undecodable_payload_fails_alone_when_its_row_runs_and_the_others_run_once():
+    # The worker decodes a batch's payloads while its claim record travels
+    # (NotificationSource._decoded): a payload that does not decode must still fail its own
+    # row only, when that row runs, as if decoded there.
+    pgmsg.notify_many([Work(key="a"), Work(key="b")])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgmsg_notification (channel, payload) "
+            """VALUES ('test.work', '{"key": 5}'), ('test.work', '{"key": "c", "x": 1}')"""
+        )
+    pgmsg.notify(Work(key="d"))
+    drain_until_settled()
+    assert effect_counts() == {"a": 1, "b": 1, "d": 1}
+    assert effect_counts(listener="second_listener") == {"a": 1, "b": 1, "d": 1}
+    dead = list(Notification.objects.order_by("id"))
+    assert [(n.status, n.attempts) for n in dead] == [("dead", 1), ("dead", 1)]
+    assert "Work.key: 5 is not a valid str" in dead[0].last_error
+    assert "unknown field(s) ['x']" in dead[1].last_error
