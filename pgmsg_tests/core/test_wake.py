@@ -211,3 +211,13 @@ def test_notify_many_wakes_each_of_its_channels():
     with connect(autocommit=True) as worker:
         wake.IdleDeclaration(["test.work", "test.typed"]).declare(worker.cursor())
         assert sorted(wakes_after(produce)) == ["test.typed", "test.work"]
+
+
+def test_a_lingering_worker_looks_last_when_idle_after_runs_out():
+    from pgmsg.core.worker import linger_pause
+
+    # IDLE_AFTER 10 ms, pauses doubling from 1 ms: looks at 1, 3, 7, then 10 ms (not 15).
+    assert linger_pause(0.0, 0.01, 0.001) == pytest.approx(0.001)
+    assert linger_pause(0.003, 0.01, 0.004) == pytest.approx(0.004)
+    assert linger_pause(0.007, 0.01, 0.008) == pytest.approx(0.003)
+    assert linger_pause(0.0105, 0.01, 0.016) == 0.0
