@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Iterable
@@ -263,7 +262,7 @@ def _delivery(row: ClaimedNotification) -> batch.Delivery:
 
 def _decode(spec: channels.ChannelSpec, text: str):
     try:
-        data = json.loads(text)
+        data = payloads.from_jsonb(text)
     except ValueError as exc:
         raise errors.PayloadError(f"payload is not JSON: {exc}") from exc
     return payloads.load(spec.payload_class, data)

@@ -6,7 +6,6 @@ import contextvars
 import dataclasses
 import datetime as dt
 import enum
-import json
 import logging
 import uuid
 from collections.abc import Callable, Iterable
@@ -140,20 +139,6 @@ class Checkpoint(NamedTuple):
 #: Before the first event.
 START = Checkpoint(0, 0)
 
-# json's C scanner without json.loads' Python wrapper (two whitespace regex matches per call,
-# a third of its time on an event's data): jsonb's text form has no surrounding whitespace.
-_scan_json = json.JSONDecoder().scan_once
-
-
-def _json_of(text: str) -> Any:
-    """The value of jsonb text, as json.loads gives it (which also reports bad input)."""
-    try:
-        value, end = _scan_json(text, 0)
-    except StopIteration:
-        end = -1
-    return value if end == len(text) else json.loads(text)
-
-
 #: A message id stored already, as Django or psycopg raises it.
 _STORED_ID = (IntegrityError, psycopg.IntegrityError)
 
@@ -217,7 +202,7 @@ class RecordedEvent:
         # error (under 0.12 us until the year 2242) is rounded away to the microsecond, and it
         # takes half the time of adding a timedelta to the epoch.
         naive = not settings.USE_TZ
-        loads, at, utc = _json_of, dt.datetime.fromtimestamp, dt.UTC
+        loads, at, utc = payloads.from_jsonb, dt.datetime.fromtimestamp, dt.UTC
         out = []
         for position, xid, stream, version, type_, data, metadata, message_id, us in rows:
             recorded_at = at(us / 1e6, utc)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from typing import Any
 
 from django.db import connections, transaction
 
-from pgmsg.core import batch, claims, conf, errors, horizon, sources, sql
+from pgmsg.core import batch, claims, conf, errors, horizon, payloads, sources, sql
 from pgmsg.core.sources import Worker
 from pgmsg.inbox import declarations as inbox
 from pgmsg.inbox import operations, retention
@@ -28,7 +27,7 @@ def message_from_row(inbox_name: str, row: tuple) -> inbox.InboxMessage:
         type=type_,
         source=source,
         aggregate_id=aggregate_id,
-        payload=json.loads(text),
+        payload=payloads.from_jsonb(text),
         trace_id=trace_id,
         attempts=attempts,
         received_at=received_at,
