@@ -52,6 +52,39 @@ _ENCODER = _Encoder(separators=(",", ":"), allow_nan=False)
 _PLAIN_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
+def _plain_encode_function() -> Any:
+    """_PLAIN_ENCODER.encode, or the same C encoder made once instead of on every call.
+
+    JSONEncoder.encode makes json's C encoder anew for each value (its circular-reference
+    check keeps state per call); the values encoded here hold only strings, numbers, booleans
+    and None, so one encoder without that check serves every call, at half the cost of a
+    small payload's encode (measured here). The arguments are those JSONEncoder.iterencode
+    passes (the same in Python 3.6 to 3.13); without the C module, the plain encode."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return _PLAIN_ENCODER.encode
+    encoder = _PLAIN_ENCODER
+    chunks_of = make(
+        None,  # no circular-reference check: scalars only
+        encoder.default,
+        json.encoder.encode_basestring_ascii,
+        None,
+        encoder.key_separator,
+        encoder.item_separator,
+        encoder.sort_keys,
+        encoder.skipkeys,
+        encoder.allow_nan,
+    )
+
+    def encode(value: dict, join: Any = "".join) -> str:
+        return join(chunks_of(value, 0))
+
+    return encode
+
+
+_encode_plain = _plain_encode_function()
+
+
 def dumps(value: Any) -> str:
     """JSON text of a dataclass instance or plain value; a clear error for what JSON can't hold."""
     return _dumps(value, _plain_dict(value))
@@ -95,7 +128,7 @@ def _plain_dict(value: Any, skip: frozenset[str] = frozenset()) -> dict | None:
 
 def _dumps(value: Any, plain: dict | None) -> str:
     try:
-        text = _ENCODER.encode(value) if plain is None else _PLAIN_ENCODER.encode(plain)
+        text = _ENCODER.encode(value) if plain is None else _encode_plain(plain)
     except (TypeError, ValueError) as exc:
         raise errors.PayloadError(f"cannot encode payload {value!r} as JSON: {exc}") from exc
     if "u0000" in text and _NUL_RE.search(text):

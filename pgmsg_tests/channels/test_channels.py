@@ -1,6 +1,8 @@
 """Channel declarations, names and payload (de)serialisation."""
 
+import dataclasses
 import datetime as dt
+import json
 import uuid
 from decimal import Decimal
 
@@ -92,6 +94,28 @@ def test_bad_payloads_get_precise_errors(data, complaint):
 def test_values_json_cannot_hold_are_refused_on_send():
     with pytest.raises(errors.PayloadError, match="cannot encode"):
         payloads.dumps(Work(key=float("nan")))
+
+
+@dataclasses.dataclass
+class PlainValues:
+    text: str
+    count: int
+    share: float
+    flag: bool
+    note: str | None = None
+
+
+def test_plain_payloads_encode_as_json_does_and_refuse_what_it_refuses():
+    value = PlainValues('é " \\ \n \u2028 \x7f', 2**70, 0.1, True)
+    assert payloads._plain_dict(value) is not None  # the encoder made once (payloads.py)
+    expected = json.dumps(dataclasses.asdict(value), separators=(",", ":"), allow_nan=False)
+    assert payloads.dumps(value) == expected
+    assert payloads.dumps(PlainValues("", -1, -0.0, False, "x")) == (
+        '{"text":"","count":-1,"share":-0.0,"flag":false,"note":"x"}'
+    )
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        with pytest.raises(errors.PayloadError, match="cannot encode"):
+            payloads.dumps(PlainValues("x", 1, bad, False))
 
 
 def test_notify_refuses_what_is_not_a_channel_message():
