@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import logging
+import operator
 import random
 import time
 import traceback
@@ -218,15 +219,19 @@ def _account(worker, done: list[Delivery], failed: list[Delivery]) -> None:
     transaction commits: through the running worker's tally (written about once a second),
     or, for a source driven without one, by a row written in the claim transaction."""
     db = worker.database
-    handled = [(d.kind, d.name) for d in done]
-    handled_counts, failed_counts = Counter(handled), Counter((d.kind, d.name) for d in failed)
+    handled_counts = Counter(map(_KIND_AND_NAME, done))
+    failed_counts = Counter(map(_KIND_AND_NAME, failed))
     tally = getattr(worker, "tally", None)
     if tally is None:
         throughput.record(db, handled_counts, failed_counts)
     elif handled_counts or failed_counts:
         transaction.on_commit(lambda: tally.add(handled_counts, failed_counts), using=db)
-    if handled:
-        transaction.on_commit(lambda: metrics.handled(handled), using=db)
+    if handled_counts:
+        transaction.on_commit(lambda: metrics.handled(handled_counts), using=db)
+
+
+#: A Delivery's (kind, name), what the counts are keyed by.
+_KIND_AND_NAME = operator.itemgetter(0, 2)
 
 
 # -- the failure rule -----------------------------------------------------------------------

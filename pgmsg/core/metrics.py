@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import bisect
 import functools
-from collections import Counter as Tally
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 try:
@@ -90,10 +89,10 @@ def _get(name: str) -> Any:
     return instruments().get(name, _NOOP)
 
 
-def handled(deliveries: Iterable[tuple[str, str]]) -> None:
-    """Count handled messages, given as (Delivery.kind, source name) pairs."""
+def handled(counts: Mapping[tuple[str, str], int]) -> None:
+    """Count handled messages, given as {(Delivery.kind, source name): how many}."""
     counter = _get("handled")
-    for (kind, name), count in Tally(deliveries).items():
+    for (kind, name), count in counts.items():
         counter.labels(KINDS.get(kind, kind), name).inc(count)
 
 
