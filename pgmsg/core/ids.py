@@ -58,7 +58,7 @@ def uuid7() -> uuid.UUID:
     ms = time.time_ns() // 1_000_000
     value = int.from_bytes(ms.to_bytes(6, "big") + rand, "big") & _KEEP | _VERSION_AND_VARIANT
     # What uuid.UUID(int=value) does once it has checked its arguments (a value built here
-    # needs no check), at a third of its cost; Python 3.14's uuid makes its own this way.
+    # needs no check), at a third of its cost.
     made = _new(uuid.UUID)
     _set(made, "int", value)
     _set(made, "is_safe", _unknown)

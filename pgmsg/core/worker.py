@@ -57,8 +57,9 @@ def linger_pause(since_work: float, idle_after: float, poll: float) -> float:
     return max(min(poll, idle_after - since_work), 0.0)
 
 
-#: About how many objects the garbage collector tracks per message of a running batch (an
-#: event read: its RecordedEvent, data and metadata dicts, typed event and that one's metadata).
+#: Objects the garbage collector tracks per message of a running batch, with room to spare:
+#: an event read keeps about five alive (its RecordedEvent, data and metadata dicts, typed
+#: event and that one's metadata) until its batch ends.
 TRACKED_PER_MESSAGE = 10
 
 
