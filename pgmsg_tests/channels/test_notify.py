@@ -222,3 +222,62 @@ def test_notify_is_prepared_where_django_lets_psycopg_prepare():
         pgmsg.notify(Work(key="w"))
     assert prepared() == 1
     assert Notification.objects.count() == 9
+
+
+# -- notify() through libpq when psycopg would send nothing before it (sending._send_direct) --
+
+
+@pytest.fixture
+def direct_sends(monkeypatch):
+    """The sends that took the libpq path (the real function, counted)."""
+    from pgmsg.channels import sending
+
+    calls = []
+    real = sending._send_direct
+
+    def counted(conn, channel, payload):
+        calls.append(channel)
+        return real(conn, channel, payload)
+
+    monkeypatch.setattr(sending, "_send_direct", counted)
+    return calls
+
+
+def test_notify_in_autocommit_goes_through_libpq_and_returns_the_stored_id(direct_sends):
+    sent = pgmsg.notify(Work(key="a"))
+    assert direct_sends == ["test.work"]
+    assert list(Notification.objects.values_list("id", "payload__key")) == [(sent, "a")]
+
+
+def test_notify_after_the_first_statement_of_a_transaction_goes_through_libpq_and_rolls_back(
+    direct_sends,
+):
+    """The first statement of an atomic block needs psycopg's BEGIN (the cursor); later ones
+    run in the transaction that BEGIN opened, and go with it when it rolls back."""
+    with transaction.atomic():
+        pgmsg.notify(Work(key="first"))
+        pgmsg.notify(Work(key="second"))
+        assert direct_sends == ["test.work"]
+        transaction.set_rollback(True)
+    assert Notification.objects.count() == 0
+    with transaction.atomic():
+        pgmsg.notify(Work(key="first"))
+        pgmsg.notify(Work(key="second"))
+    drain()
+    assert effect_counts() == {"first": 1, "second": 1}
+
+
+def test_a_database_error_on_the_libpq_path_is_djangos_and_leaves_the_connection_usable(
+    direct_sends,
+):
+    with connection.cursor() as cursor:
+        cursor.execute("SET default_transaction_read_only = on")
+    try:
+        with pytest.raises(InternalError, match="read-only transaction"):
+            pgmsg.notify(Work(key="refused"))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET default_transaction_read_only")
+    assert direct_sends == ["test.work"]
+    pgmsg.notify(Work(key="after"))
+    assert list(Notification.objects.values_list("payload__key", flat=True)) == ["after"]

@@ -221,3 +221,16 @@ def test_a_lingering_worker_looks_last_when_idle_after_runs_out():
     assert linger_pause(0.003, 0.01, 0.004) == pytest.approx(0.004)
     assert linger_pause(0.007, 0.01, 0.008) == pytest.approx(0.003)
     assert linger_pause(0.0105, 0.01, 0.016) == 0.0
+
+
+def test_pgmsg_send_takes_the_keys_pgmsg_wake_takes():
+    """Migration 0021 writes pgmsg_wake's check into pgmsg_send: the same two lock classes."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT prosrc FROM pg_proc WHERE proname IN ('pgmsg_send', 'pgmsg_wake') "
+            "ORDER BY proname"
+        )
+        send, wake_ = (row[0] for row in cursor.fetchall())
+    for key in (wake.PRODUCING_CLASS, wake.IDLE_CLASS):
+        assert f"({key}, hashtext(channel_name))" in send
+        assert f"({key}, hashtext(payload))" in wake_
