@@ -110,14 +110,7 @@ def record_and_count(
 
 
 #: record_and_count as libpq takes it: $1 kind, $2 ids (binary int8[]), $3 xid, $4 pid.
-_RECORD_STATEMENT = (
-    QUERIES["record_and_count"]
-    .replace("%(kind)s", "$1")
-    .replace("%(ids)b", "$2")
-    .replace("%(xid)s", "$3")
-    .replace("%(pid)s", "$4")
-    .encode()
-)
+_RECORD_STATEMENT = sql.numbered(QUERIES["record_and_count"], ["kind", "ids", "xid", "pid"])
 _RECORD_TYPES = [psycopg.postgres.types["text"].oid, _IdsDumper.oid]
 _RECORD_TYPES += [psycopg.postgres.types["int8"].oid, psycopg.postgres.types["int4"].oid]
 

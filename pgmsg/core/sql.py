@@ -38,3 +38,15 @@ def load(package: str, filename: str) -> dict[str, LiteralString]:
     if key not in loaded:
         loaded[key] = _parse(resources.files(package).joinpath(filename).read_text())
     return loaded[key]
+
+
+def numbered(query: str, names: list[str]) -> bytes:
+    """``query`` as libpq's own calls take it: each ``%(name)s`` or ``%(name)b`` of ``names``
+    becomes ``$1``, ``$2``, ... in that order (for the few statements sent below psycopg's
+    cursor: claims.send_record, notify()'s send). A name missing from the query is an error."""
+    for number, name in enumerate(names, start=1):
+        placeholder = re.search(rf"%\({re.escape(name)}\)[sb]", query)
+        if placeholder is None:
+            raise ValueError(f"no %({name})s in {query!r}")
+        query = query.replace(placeholder.group(), f"${number}")
+    return query.encode()

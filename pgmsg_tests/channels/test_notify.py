@@ -235,9 +235,9 @@ def direct_sends(monkeypatch):
     calls = []
     real = sending._send_direct
 
-    def counted(conn, channel, payload):
-        calls.append(channel)
-        return real(conn, channel, payload)
+    def counted(conn, statement, values):
+        calls.append(values[0])  # the channel
+        return real(conn, statement, values)
 
     monkeypatch.setattr(sending, "_send_direct", counted)
     return calls

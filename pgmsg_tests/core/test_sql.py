@@ -196,3 +196,10 @@ def test_no_statement_is_written_inline_in_python():
 def test_the_inline_check_sees_a_statement():
     source = '"""SELECT in a docstring is prose."""\ncursor.execute("SELECT 1")\n'
     assert inline_statements(source, "m.py") == ["m.py:2: 'SELECT 1'"]
+
+
+def test_numbered_gives_libpq_placeholders_in_the_order_named():
+    query = "SELECT f(%(b)s, %(a)b, %(b)s, %(ab)s)"
+    assert sql.numbered(query, ["a", "b", "ab"]) == b"SELECT f($2, $1, $2, $3)"
+    with pytest.raises(ValueError, match="no %\\(c\\)s"):
+        sql.numbered(query, ["c"])
