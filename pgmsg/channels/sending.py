@@ -8,15 +8,13 @@ from typing import Any
 import psycopg
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from psycopg import generators
-from psycopg.pq import ExecStatus, PipelineStatus, TransactionStatus
 
 from pgmsg.channels import declarations as channels
-from pgmsg.core import conf, errors, payloads, sql
+from pgmsg.core import conf, errors, libpq, payloads, sql
 
 QUERIES = sql.load(__package__, "notifications.sql")
 
-#: QUERIES["send"] as libpq takes it (see _send_direct): notify()'s parameters in its order.
+#: QUERIES["send"] as libpq takes it (libpq.one_value): notify()'s parameters in its order.
 _SEND_STATEMENT = sql.numbered(QUERIES["send"], ["channel", "payload"])
 
 # PostgreSQL refuses NOTIFY payloads of 8000 bytes or more ("payload string too long").
@@ -45,7 +43,6 @@ def notify(message: channels.Channel, *, using: str | None = None) -> int | None
         db,
         QUERIES["send"],
         {"channel": spec.name, "payload": text},
-        settings,
         libpq_statement=_SEND_STATEMENT,
     )
 
@@ -71,7 +68,6 @@ def notify_many(messages: Iterable[channels.Channel], *, using: str | None = Non
             db,
             QUERIES["send_many"],
             {"channels": stored_channels, "payloads": stored_payloads},
-            settings,
         )
     if broadcasts:
         with db.cursor() as cursor:
@@ -83,20 +79,19 @@ def _fetch_value(
     db: BaseDatabaseWrapper,
     query: str,
     params: dict,
-    settings: conf.Settings,
     *,
     libpq_statement: bytes | None = None,
 ):
     """Run one statement in ``db``'s current transaction and return its one value.
 
-    Straight on psycopg's cursor of Django's connection (the same session and transaction:
-    atomic blocks, savepoints and on_commit are Django's as ever), with the checks Django's
-    cursor makes first. Django's cursor wrapper cost about as much client time as the insert
-    itself (docs/wakeups.md), so it is used only where someone watches it: execute wrappers,
-    query logging (DEBUG, assertNumQueries), or PGMSG["SEND_THROUGH_DJANGO_CURSOR"] (for
-    instrumentation that patches Django's cursor class, such as some APM agents).
+    Straight on psycopg's cursor of Django's connection, or through libpq (core/libpq.py)
+    when ``libpq_statement`` is given (``query`` numbered by sql.numbered in ``params``'
+    order): the same session and transaction, so atomic blocks, savepoints and on_commit are
+    Django's as ever, with the checks Django's cursor makes first. Django's cursor wrapper
+    cost about as much client time as the insert itself (docs/wakeups.md), so it is used only
+    where someone watches it (libpq.watched).
     """
-    if settings.SEND_THROUGH_DJANGO_CURSOR or db.execute_wrappers or db.queries_logged:
+    if libpq.watched(db):
         with db.cursor() as cursor:
             cursor.execute(query, params)
             return cursor.fetchone()[0]
@@ -106,45 +101,11 @@ def _fetch_value(
     db.validate_no_broken_transaction()
     with db.wrap_database_errors:
         conn = db.connection
-        if libpq_statement is not None and _can_send_direct(conn):
-            # ``libpq_statement``: ``query`` numbered (sql.numbered) in ``params``' order.
-            return _send_direct(conn, libpq_statement, list(params.values()))
+        if libpq_statement is not None and libpq.can_send(conn):
+            return libpq.one_value(conn, libpq_statement, list(params.values()))
         cursor = _cursor_of(db)
         cursor.execute(query, params)
         return cursor.fetchone()[0]
-
-
-def _can_send_direct(conn: psycopg.Connection) -> bool:
-    """Whether a statement can go to libpq as it is: no BEGIN owed first (autocommit, or a
-    transaction already under way), no pipeline, no prepared statements wanted."""
-    status = conn.pgconn.transaction_status
-    return (
-        conn.prepare_threshold is None
-        and conn.pgconn.pipeline_status == PipelineStatus.OFF
-        and (
-            status == TransactionStatus.INTRANS
-            or (conn.autocommit and status == TransactionStatus.IDLE)
-        )
-    )
-
-
-def _send_direct(conn: psycopg.Connection, statement: bytes, values: list[str]) -> int:
-    """``statement`` (text parameters, one integer back) through libpq's extended protocol,
-    waited for by psycopg's own wait (which cancels the statement on an interrupt, as a
-    cursor's does).
-
-    A psycopg cursor's execute and fetch cost about 45 us of client CPU a call on this machine,
-    and more when many producer processes share two cores (they ran at 0.59 of plain INSERT
-    at 8 producers, this at 0.75; docs/wakeups.md). What the cursor would do first is checked
-    by _can_send_direct: psycopg would have sent nothing else before the statement."""
-    encoding = conn.info.encoding
-    with conn.lock:
-        conn.pgconn.send_query_params(statement, [value.encode(encoding) for value in values])
-        results = conn.wait(generators.execute(conn.pgconn))
-    result = results[-1]
-    if result.status != ExecStatus.TUPLES_OK:
-        raise psycopg.errors.error_from_result(result, encoding=encoding)
-    return int(result.get_value(0, 0))
 
 
 def _cursor_of(db: BaseDatabaseWrapper):

@@ -11,7 +11,7 @@ from django.db import connections, transaction
 
 from pgmsg.channels import declarations as channels
 from pgmsg.channels import triggers
-from pgmsg.core import batch, claims, errors, payloads, sources, sql
+from pgmsg.core import batch, claims, errors, libpq, payloads, sources, sql
 from pgmsg.core import worker as worker_module
 from pgmsg.core.sources import Worker
 
@@ -79,7 +79,7 @@ class NotificationSource:
         # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
         own_transaction = not connections[db].in_atomic_block
         with transaction.atomic(using=db), connections[db].cursor() as cursor:
-            fetched = self._claim(cursor, worker.batch_size)
+            fetched = self._claim(connections[db], cursor, worker.batch_size)
             if not fetched:
                 return 0
             crashes: dict[int, int] = {}
@@ -114,16 +114,16 @@ class NotificationSource:
                 self._refresh_statistics = refresh_statistics(worker, cursor, params) is not False
         return len(rows)
 
-    def _claim(self, cursor, limit: int) -> list[tuple]:
+    def _claim(self, connection, cursor, limit: int) -> list[tuple]:
         """Claim up to ``limit`` rows, sorted by id: past the last batch while batches come
         back full, else (or when that finds too few, or every FROM_START_INTERVAL) from the
-        start of the index."""
+        start of the index. The first claim opens the transaction (with its BEGIN, one round
+        trip: libpq.opening_rows)."""
         now = time.monotonic()
         if now >= self._next_from_start:
             self._from_id, self._next_from_start = 0, now + FROM_START_INTERVAL
         params = {"channels": self.names, "limit": limit, "from_id": self._from_id}
-        cursor.execute(QUERIES["claim_notifications"], params)
-        fetched = cursor.fetchall()
+        (fetched,) = libpq.opening_rows(connection, cursor, QUERIES["claim_notifications"], params)
         if len(fetched) < limit and self._from_id:
             # Rows the first read took are deleted in this transaction: not read again.
             params.update(limit=limit - len(fetched), from_id=0)

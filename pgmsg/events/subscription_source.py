@@ -9,7 +9,7 @@ import logging
 import psycopg
 from django.db import connections, transaction
 
-from pgmsg.core import batch, claims, errors, sources
+from pgmsg.core import batch, claims, errors, libpq, sources
 from pgmsg.core.sources import Worker
 from pgmsg.events import partitions as store_partitions
 from pgmsg.events import reads
@@ -193,12 +193,16 @@ class SubscriptionSource:
             floor = None
             if seen is not None and self._months:
                 floor = store_partitions.floor(self._months, seen)
-            rows, xmin = self._lock_and_read(cursor, partition, xmin, worker.batch_size, floor)
+            rows, xmin = self._lock_and_read(
+                connection, cursor, partition, xmin, worker.batch_size, floor
+            )
             if rows and not rows[0][6]:
                 # The floor does not hold (a reset moved the checkpoint back, or a sealed month
                 # changed): read every month, and the months again before the next floor.
                 self._months = None
-                rows, xmin = self._lock_and_read(cursor, partition, xmin, worker.batch_size, None)
+                rows, xmin = self._lock_and_read(
+                    connection, cursor, partition, xmin, worker.batch_size, None
+                )
             if not rows:
                 return 0, xmin  # another worker holds it, or it is stopped or backing off
             id_, checkpoint_xid, checkpoint_position, attempts, xid, archived = rows[0][:6]
@@ -329,6 +333,7 @@ class SubscriptionSource:
 
     def _lock_and_read(
         self,
+        connection,
         cursor,
         partition: int,
         xmin: int | None,
@@ -345,22 +350,24 @@ class SubscriptionSource:
         event position (read_partition gives the partition a row of its own, lock_and_read
         repeats it on each event's row)."""
         sub = self.sub
+        # The read opens the partition's transaction (its BEGIN in the same round trip).
+        read = functools.partial(libpq.opening_rows, connection)
         if sub.partitions == 1:  # the function with its kept plan (migrations 0019, 0020)
-            cursor.execute(
-                QUERIES["read_partition"], read_parameters(sub, partition, xmin, limit, floor)
+            (rows,) = read(
+                cursor,
+                QUERIES["read_partition"],
+                read_parameters(sub, partition, xmin, limit, floor),
             )
-            rows = cursor.fetchall()
             if xmin is None and rows:
                 xmin = rows[0][HORIZON_USED]
             return rows, xmin
         if xmin is None and not isinstance(cursor.cursor, psycopg.ClientCursor):
             xmin = reads.read_horizon(cursor)  # binding on the server: one statement a call
         query = _READ_HORIZON_AND_LOCK if xmin is None else QUERIES["lock_and_read"]
-        cursor.execute(query, read_parameters(sub, partition, xmin, limit, floor))
+        *horizon, rows = read(cursor, query, read_parameters(sub, partition, xmin, limit, floor))
         if xmin is None:
-            xmin = int(cursor.fetchone()[0])
-            cursor.nextset()
-        return cursor.fetchall(), xmin
+            xmin = int(horizon[0][0][0])
+        return rows, xmin
 
     def _claim_key(self, recorded: RecordedEvent) -> int:
         return claims.number_keys(self.sub.name, [recorded.position])[0]

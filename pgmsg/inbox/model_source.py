@@ -7,7 +7,7 @@ import json
 
 from django.db import connections, transaction
 
-from pgmsg.core import batch, claims, sources
+from pgmsg.core import batch, claims, libpq, sources
 from pgmsg.core.sources import Worker
 from pgmsg.inbox import declarations as inbox
 from pgmsg.inbox import model_inbox
@@ -41,7 +41,10 @@ class ModelInboxSource(InboxSource):
         own_transaction = not connections[db].in_atomic_block
         outcome: batch.BatchResult[inbox.InboxMessage] = batch.BatchResult()
         with transaction.atomic(using=db), connections[db].cursor() as cursor:
-            cursor.execute(
+            # The claim opens the transaction (its BEGIN in the same round trip).
+            (rows,) = libpq.opening_rows(
+                connections[db],
+                cursor,
                 self.queries["claim"],
                 {
                     "inbox": self.inbox.name,
@@ -50,7 +53,6 @@ class ModelInboxSource(InboxSource):
                     "parts": self.parts,
                 },
             )
-            rows = cursor.fetchall()
             attempts = {pk: tries for pk, tries, _xid in rows}
             records = self.inbox.model._default_manager.using(db).in_bulk(list(attempts))
             messages = [self._message(records[pk], attempts[pk]) for pk in attempts]

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from pgmsg.core import batch, claims, conf, errors, horizon, payloads, sources, sql
+from pgmsg.core import batch, claims, conf, errors, horizon, libpq, payloads, sources, sql
 from pgmsg.core.sources import Worker
 from pgmsg.inbox import declarations as inbox
 from pgmsg.inbox import operations, retention
@@ -77,11 +77,14 @@ class InboxSource:
             room = max(worker.batch_size - claimed, math.ceil(worker.batch_size / 4))
             if not worker.stopping:
                 claim = "claim_unordered" if self._types else "claim_unordered_fifo"
-                cursor.execute(
+                # Unless the ordered claim came first, it opens the transaction (its BEGIN in
+                # the same round trip).
+                (rows,) = libpq.opening_rows(
+                    connections[db],
+                    cursor,
                     QUERIES[claim],
                     {**params, "limit": room, "null_aggregate_only": self.inbox.ordered},
                 )
-                rows = cursor.fetchall()
                 claimed += len(rows)
                 unordered = [message_from_row(self.inbox.name, r[:-1]) for r in rows]
                 xid = rows[0][-1] if rows else xid

@@ -224,22 +224,22 @@ def test_notify_is_prepared_where_django_lets_psycopg_prepare():
     assert Notification.objects.count() == 9
 
 
-# -- notify() through libpq when psycopg would send nothing before it (sending._send_direct) --
+# -- notify() through libpq when psycopg would send nothing before it (core.libpq.one_value) --
 
 
 @pytest.fixture
 def direct_sends(monkeypatch):
     """The sends that took the libpq path (the real function, counted)."""
-    from pgmsg.channels import sending
+    from pgmsg.core import libpq
 
     calls = []
-    real = sending._send_direct
+    real = libpq.one_value
 
     def counted(conn, statement, values):
         calls.append(values[0])  # the channel
         return real(conn, statement, values)
 
-    monkeypatch.setattr(sending, "_send_direct", counted)
+    monkeypatch.setattr(libpq, "one_value", counted)
     return calls
 
 

@@ -1,0 +1,137 @@
+"""Statements below psycopg's cursor (core/libpq.py): the first statement of an atomic block
+carries its BEGIN in the same query string, and behaves as the cursor's execute would."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+
+import psycopg
+import pytest
+from django.db import ProgrammingError, connection, transaction
+from django.test.utils import CaptureQueriesContext
+from psycopg.pq import TransactionStatus
+
+from pgmsg.core import libpq
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+INSERT = "INSERT INTO libpq_probe (value) VALUES (%(value)s) RETURNING id, value"
+
+
+@pytest.fixture(autouse=True)
+def probe_table():
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE libpq_probe (id serial PRIMARY KEY, value text NOT NULL)")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE libpq_probe")
+
+
+@contextlib.contextmanager
+def sent():
+    """The messages the client sends on Django's connection meanwhile, as (type, contents)
+    from libpq's protocol trace: a simple-protocol query string is one "Query" message."""
+    messages: list[tuple[str, str]] = []
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    with tempfile.TemporaryFile("w+") as trace:
+        pgconn.trace(trace.fileno())
+        try:
+            yield messages
+        finally:
+            pgconn.untrace()
+            trace.seek(0)
+            client = False
+            for line in trace:  # timestamp, F (client) or B (server), length, type, contents
+                fields = line.rstrip("\n").split("\t")
+                if len(fields) >= 4 and fields[1] in ("F", "B"):
+                    client = fields[1] == "F"
+                    if client:
+                        messages.append((fields[3], "\t".join(fields[4:])))
+                elif client:  # a query string's next line
+                    kind, contents = messages[-1]
+                    messages[-1] = (kind, contents + "\n" + line.rstrip("\n"))
+
+
+def values() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT value FROM libpq_probe ORDER BY id")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_the_first_statement_of_an_atomic_block_carries_its_begin_in_one_query_string():
+    connection.ensure_connection()
+    with sent() as messages, transaction.atomic(), connection.cursor() as cursor:
+        (rows,) = libpq.opening_rows(connection, cursor, INSERT, {"value": "it's"})
+        assert connection.connection.pgconn.transaction_status == TransactionStatus.INTRANS
+    assert [kind for kind, _ in messages] == ["Query", "Query"]  # the read, then COMMIT
+    assert messages[0][1].startswith(' "BEGIN;')
+    assert "'it''s'" in messages[0][1]  # bound on the client, quoted as Django's cursor does
+    assert messages[1][1] == ' "COMMIT"'
+    assert [value for _, value in rows] == ["it's"]
+    assert values() == ["it's"]
+
+
+def test_what_it_wrote_rolls_back_with_the_block():
+    with transaction.atomic(), connection.cursor() as cursor:
+        libpq.opening_rows(connection, cursor, INSERT, {"value": "gone"})
+        transaction.set_rollback(True)
+    assert values() == []
+
+
+def test_later_statements_of_the_block_go_through_the_cursor_in_the_same_transaction():
+    with transaction.atomic(), connection.cursor() as cursor:
+        libpq.opening_rows(connection, cursor, INSERT, {"value": "first"})
+        with sent() as messages:
+            (rows,) = libpq.opening_rows(connection, cursor, INSERT, {"value": "second"})
+        transaction.set_rollback(True)
+    assert [kind for kind, _ in messages] == ["Query"]
+    assert "BEGIN" not in messages[0][1]
+    assert [value for _, value in rows] == ["second"]
+    assert values() == []  # both were in the block's transaction
+
+
+def test_each_statement_of_the_string_gives_its_rows():
+    with transaction.atomic(), connection.cursor() as cursor:
+        first, second = libpq.opening_rows(
+            connection,
+            cursor,
+            "SELECT %(a)s::int; SELECT x FROM generate_series(1, %(n)s) AS x",
+            {"a": 7, "n": 3},
+        )
+    assert first == [(7,)]
+    assert second == [(1,), (2,), (3,)]
+
+
+def test_a_failing_statement_raises_djangos_error_rolls_the_block_back_and_leaves_it_usable():
+    with pytest.raises(ProgrammingError, match="no_such_table"):
+        with transaction.atomic(), connection.cursor() as cursor:
+            libpq.opening_rows(connection, cursor, "SELECT * FROM no_such_table", {})
+    assert connection.connection.pgconn.transaction_status == TransactionStatus.IDLE
+    with transaction.atomic(), connection.cursor() as cursor:
+        libpq.opening_rows(connection, cursor, INSERT, {"value": "after"})
+    assert values() == ["after"]
+
+
+def test_logged_queries_go_through_djangos_cursor_and_are_seen():
+    with CaptureQueriesContext(connection) as captured:
+        with transaction.atomic(), connection.cursor() as cursor:
+            (rows,) = libpq.opening_rows(connection, cursor, INSERT, {"value": "logged"})
+    assert [value for _, value in rows] == ["logged"]
+    assert any("INSERT INTO libpq_probe" in query["sql"] for query in captured.captured_queries)
+
+
+def test_an_isolation_level_of_psycopgs_own_keeps_psycopgs_begin():
+    connection.ensure_connection()
+    conn = connection.connection
+    conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE  # psycopg's BEGIN says so
+    try:
+        with transaction.atomic(), connection.cursor() as cursor, sent() as messages:
+            libpq.opening_rows(connection, cursor, INSERT, {"value": "serializable"})
+            cursor.execute("SHOW transaction_isolation")
+            assert cursor.fetchone()[0] == "serializable"
+    finally:
+        conn.isolation_level = None
+    assert messages[0] == ("Query", ' "BEGIN ISOLATION LEVEL SERIALIZABLE"')
+    assert values() == ["serializable"]
