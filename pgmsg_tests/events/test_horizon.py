@@ -47,6 +47,21 @@ def test_an_open_transaction_in_another_database_does_not_hold_a_subscription_ba
         other.close()
 
 
+def test_with_no_transaction_in_progress_the_horizon_is_the_next_transaction_id():
+    """Nothing holds it back: the horizon is where the next transaction id will be (taken from
+    the snapshot alone, migration 0022, or from the sessions, migration 0018: the same)."""
+
+    def next_id(cursor) -> int:
+        cursor.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")
+        return cursor.fetchone()[0]
+
+    with connection.cursor() as cursor:
+        before = next_id(cursor)
+        held = horizon.horizon(cursor)
+        after = next_id(cursor)
+    assert before <= held <= after
+
+
 def test_an_open_writing_transaction_here_holds_the_horizon_back_and_is_named(monkeypatch):
     blocker = open_writing_transaction(connection.settings_dict["NAME"])
     try:
