@@ -101,24 +101,25 @@ class SubscriptionSource:
             if self._maintenance.maybe_run():
                 self._months = None  # months made or sealed: read them again
             self.archive.maybe_start()
-        with connections[db].cursor() as cursor:
-            if not self._ready:
-                with transaction.atomic(using=db):
-                    ensure_partitions(self.sub, cursor)
-                self._ready = True
-            if self._months is None:
-                self._months = store_partitions.ranges(cursor)
-            # One partition: its own read is the look (two round trips fewer after a wake-up).
-            busy = self._busy or len(self.mine) == 1
-            # One horizon for every partition of this round: read in an earlier statement
-            # than each partition's read, so every transaction below it has ended by then.
-            # Straight to the partitions, the first one reads it in its read's query string.
-            xmin = self._full_horizon
-            if busy:
-                due = self.mine
-            else:
-                xmin = xmin or reads.read_horizon(cursor)
-                due = self._due_or_advance(cursor, xmin)
+        # One partition: its own read is the look (two round trips fewer after a wake-up).
+        busy = self._busy or len(self.mine) == 1
+        # One horizon for every partition of this round: read in an earlier statement than
+        # each partition's read, so every transaction below it has ended by then. Straight to
+        # the partitions, the first one reads it in its read's query string.
+        xmin, due = self._full_horizon, self.mine
+        # A cursor only when there is something to ask first (making one after a wake-up cost
+        # 0.08 ms of the append-to-handler latency here).
+        if not (self._ready and self._months is not None and busy):
+            with connections[db].cursor() as cursor:
+                if not self._ready:
+                    with transaction.atomic(using=db):
+                        ensure_partitions(self.sub, cursor)
+                    self._ready = True
+                if self._months is None:
+                    self._months = store_partitions.ranges(cursor)
+                if not busy:
+                    xmin = xmin or reads.read_horizon(cursor)
+                    due = self._due_or_advance(cursor, xmin)
         claimed, full = 0, 0
         for partition in due:
             if worker.stopping:
