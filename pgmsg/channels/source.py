@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from django.db import connections, transaction
@@ -32,6 +33,8 @@ class ClaimedNotification(NamedTuple):
     created_at: str
     last_error: str | None
     last_failed_at: str | None
+    #: The id of the transaction that claimed it.
+    claimed_in: int
 
 
 #: Seconds between a worker's looks for rows of channels nobody declares (and its warning).
@@ -56,6 +59,8 @@ class NotificationSource:
         self.wake_payloads = list(self.names)
         self._listeners = {name: list(channels.registry.listeners[name]) for name in self.names}
         self._specs = {name: channels.registry.get(name) for name in self.names}
+        #: Per channel: payload text -> the listeners' argument (one call a message).
+        self._decoders = {name: _decoder(spec) for name, spec in self._specs.items()}
         # While batches come back full, the next claim starts past the last one (its index
         # read then skips the entries of the rows deleted before, which lie at the index's
         # head until vacuum), with a read from the start at least every FROM_START_INTERVAL
@@ -89,11 +94,11 @@ class NotificationSource:
                 # when the row runs, as decoding it there would.
                 ids, xid = [row[0] for row in fetched], fetched[0][-1]
                 with claims.send_record(worker, "notification", ids, xid) as record:
-                    rows = [ClaimedNotification._make(row[:-1]) for row in fetched]
-                    self._decoded = {row.id: self._decode_or_fail(row) for row in rows}
+                    rows = list(map(ClaimedNotification._make, fetched))
+                    self._decoded = self._decode_all(rows)
                     crashes = record.crashes()
             else:
-                rows = [ClaimedNotification._make(row[:-1]) for row in fetched]
+                rows = list(map(ClaimedNotification._make, fetched))
             rows, run, failures = self._isolate_suspect(worker, cursor, rows, crashes)
             try:
                 result = batch.run_batch(worker, run, delivery=_delivery, handle=self._handle)
@@ -160,23 +165,21 @@ class NotificationSource:
     def _handle(self, row: ClaimedNotification) -> None:
         message = self._decoded.get(row.id)
         if message is None:
-            message = self._decode(row)
+            message = self._decoders[row.channel](row.payload)
         elif isinstance(message, _Undecodable):
             raise message.error
         for func in self._listeners[row.channel]:
             func(message)
 
-    def _decode(self, row: ClaimedNotification):
-        spec = self._specs[row.channel]
-        if spec.is_trigger:
-            return triggers.decode_row_change(spec.model, row.payload)
-        return _decode(spec, row.payload)
-
-    def _decode_or_fail(self, row: ClaimedNotification):
-        try:
-            return self._decode(row)
-        except Exception as exc:  # raised when the row runs (_handle)
-            return _Undecodable(exc)
+    def _decode_all(self, rows: list[ClaimedNotification]) -> dict[int, object]:
+        """Each row's message by id, or _Undecodable (raised when the row runs: _handle)."""
+        decoders, decoded = self._decoders, {}
+        for row in rows:
+            try:
+                decoded[row.id] = decoders[row.channel](row.payload)
+            except Exception as exc:
+                decoded[row.id] = _Undecodable(exc)
+        return decoded
 
     def _failure(self, row: ClaimedNotification, exc: Exception) -> batch.Failure:
         spec = self._specs[row.channel]
@@ -258,6 +261,12 @@ class _Undecodable(NamedTuple):
 
 def _delivery(row: ClaimedNotification) -> batch.Delivery:
     return batch.Delivery("notification", row.id, row.channel, row.attempts)
+
+
+def _decoder(spec: channels.ChannelSpec) -> Callable[[str], object]:
+    if spec.is_trigger:
+        return functools.partial(triggers.decode_row_change, spec.model)
+    return functools.partial(_decode, spec)
 
 
 def _decode(spec: channels.ChannelSpec, text: str):

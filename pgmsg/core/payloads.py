@@ -165,6 +165,9 @@ def load(cls: type, data: Any, **given: Any) -> Any:
     ``given``: more constructor arguments, taken as they are (an event's stored message id and
     metadata, so that their default factories do not run for nothing).
     """
+    direct = _direct_loader(cls, tuple(given)) if given else _direct_loader(cls, ())
+    if direct is not None and (built := direct(data, given)) is not None:
+        return built
     return _load_dataclass(cls, data, cls.__name__, given)
 
 
@@ -194,6 +197,9 @@ def _plan(
 
 
 def _load_dataclass(cls: type, value: Any, path: str, given: dict | None = None) -> Any:
+    direct = _direct_loader(cls, tuple(given)) if given else _direct_loader(cls, ())
+    if direct is not None and (built := direct(value, given)) is not None:
+        return built
     if not isinstance(value, dict):
         raise errors.PayloadError(f"{path}: expected a JSON object, got {value!r}")
     names, required, fields, exact = _plan(cls)
@@ -220,6 +226,40 @@ def _load_dataclass(cls: type, value: Any, path: str, given: dict | None = None)
     if given:
         kwargs.update(given)
     return cls(**kwargs)
+
+
+@cache
+def _direct_loader(cls: type, given: tuple[str, ...]) -> Any:
+    """Per dataclass (and names of arguments given apart): a function made once that builds
+    ``cls`` from a decoded JSON object holding exactly its other fields, each of a type JSON
+    gives as it is (``_plain_fields``); it returns None for anything else, which the checks of
+    ``_load_dataclass`` then take (defaults, conversions, errors). None when ``cls`` has a
+    field of another type. The checks cost about three times the constructor's call on a
+    small payload; this costs about one (measured here: 1.0 -> 0.4 us, two fields)."""
+    plain = _plain_fields(cls, frozenset(given))
+    if not plain:
+        return None
+    # Field names are Python identifiers (dataclass fields): safe to write into the source.
+    names = [name for name, _ in plain]
+    scope = {"cls": cls, **{f"types_{i}": exact for i, (_, exact) in enumerate(plain)}}
+    values = ", ".join(f"v{i}" for i in range(len(names)))
+    lookups = ", ".join(f"value[{name!r}]" for name in names)
+    checks = " and ".join(f"type(v{i}) in types_{i}" for i in range(len(names)))
+    arguments = ", ".join(f"{name}=v{i}" for i, name in enumerate(names))
+    source = f"""
+def load(value, given):
+    if type(value) is not dict or len(value) != {len(names)}:
+        return None
+    try:
+        {values}, = {lookups},
+    except KeyError:
+        return None
+    if {checks}:
+        return cls({arguments}, **given) if given else cls({arguments})
+    return None
+"""
+    exec(source, scope)  # noqa: S102 -- text made above from field names and indexes only
+    return scope["load"]
 
 
 def check_decodes(cls: type, text: str, *, what: str) -> None:

@@ -140,3 +140,40 @@ def test_trigger_channels_are_registered_with_their_model():
 
     spec = channels.registry.get("order_changed")
     assert spec.is_trigger and spec.model is Order and spec.delivery == pgmsg.EXACTLY_ONCE
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        # Every field, each of its exact type: the loader made for the class builds it.
+        (
+            {"text": "a", "count": 1, "share": 0.5, "flag": True, "note": None},
+            PlainValues("a", 1, 0.5, True, None),
+        ),
+        ({"text": "a", "count": 1, "share": 0.5, "flag": True, "note": "n"}, None),
+        # The checked path: a default left out, an int for a float.
+        ({"text": "a", "count": 1, "share": 0.5, "flag": False}, PlainValues("a", 1, 0.5, False)),
+        ({"text": "a", "count": 1, "share": 2, "flag": False}, PlainValues("a", 1, 2.0, False)),
+    ],
+)
+def test_plain_payloads_decode_alike_on_either_path(data, expected):
+    expected = expected or PlainValues(**data)
+    loaded = payloads.load(PlainValues, data)
+    assert loaded == expected
+    assert type(loaded.share) is float
+
+
+@pytest.mark.parametrize(
+    "data, complaint",
+    [
+        ({"text": "a", "count": True, "share": 0.5, "flag": True, "note": None}, "count: True"),
+        ({"text": "a", "count": 1, "share": 0.5, "flag": 1, "note": None}, "flag: 1"),
+        ({"text": "a", "count": 1, "share": 0.5, "flag": True, "other": None}, "unknown field"),
+        ({"text": 1, "count": 1, "share": 0.5, "flag": True, "note": None}, "text: 1"),
+    ],
+)
+def test_plain_payloads_with_a_wrong_value_get_the_checked_paths_error(data, complaint):
+    """Same number of keys as fields, so the loader made for the class looks first: a
+    bool is not an int to it (nor an int a bool), and a wrong name is not a field."""
+    with pytest.raises(errors.PayloadError, match=complaint):
+        payloads.load(PlainValues, data)
