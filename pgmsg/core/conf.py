@@ -29,10 +29,11 @@ class Settings:
     #: (the worker's own decoding, run once more), so a bad value raises PayloadError in the
     #: sending code instead of becoming a dead letter. Costs one decode per message.
     VALIDATE_ON_SEND: bool = True
-    #: Send notify()'s statement through Django's cursor wrapper even when no execute
-    #: wrapper is installed and queries are not logged: for instrumentation that patches
-    #: Django's cursor class (some APM agents). Off, it goes to psycopg's cursor of the same
-    #: connection, in the same transaction (docs/wakeups.md).
+    #: Send notify()'s statement, and the worker's first statement of each batch, through
+    #: Django's cursor wrapper even when no execute wrapper is installed and queries are not
+    #: logged: for instrumentation that patches Django's cursor class (some APM agents). Off,
+    #: they go to libpq or psycopg's cursor of the same connection, in the same transaction
+    #: (core/libpq.py, docs/wakeups.md).
     SEND_THROUGH_DJANGO_CURSOR: bool = False
     #: Seconds between sweeps for rows whose NOTIFY was missed, and for due retries.
     SWEEP_INTERVAL: float = 5.0
