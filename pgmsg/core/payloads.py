@@ -168,7 +168,7 @@ def load(cls: type, data: Any, **given: Any) -> Any:
     direct = _direct_loader(cls, tuple(given)) if given else _direct_loader(cls, ())
     if direct is not None and (built := direct(data, given)) is not None:
         return built
-    return _load_dataclass(cls, data, cls.__name__, given)
+    return _checked_dataclass(cls, data, cls.__name__, given)
 
 
 # JSON already yields these exact types; a value of exactly that type needs no conversion.
@@ -196,10 +196,14 @@ def _plan(
     )
 
 
-def _load_dataclass(cls: type, value: Any, path: str, given: dict | None = None) -> Any:
-    direct = _direct_loader(cls, tuple(given)) if given else _direct_loader(cls, ())
-    if direct is not None and (built := direct(value, given)) is not None:
+def _load_dataclass(cls: type, value: Any, path: str) -> Any:
+    direct = _direct_loader(cls, ())
+    if direct is not None and (built := direct(value, None)) is not None:
         return built
+    return _checked_dataclass(cls, value, path)
+
+
+def _checked_dataclass(cls: type, value: Any, path: str, given: dict | None = None) -> Any:
     if not isinstance(value, dict):
         raise errors.PayloadError(f"{path}: expected a JSON object, got {value!r}")
     names, required, fields, exact = _plan(cls)
@@ -235,7 +239,8 @@ def _direct_loader(cls: type, given: tuple[str, ...]) -> Any:
     gives as it is (``_plain_fields``); it returns None for anything else, which the checks of
     ``_load_dataclass`` then take (defaults, conversions, errors). None when ``cls`` has a
     field of another type. The checks cost about three times the constructor's call on a
-    small payload; this costs about one (measured here: 1.0 -> 0.4 us, two fields)."""
+    small payload; this costs about one more (measured here, two fields: payloads.load 1.02 ->
+    0.60 us, the constructor alone 0.26)."""
     plain = _plain_fields(cls, frozenset(given))
     if not plain:
         return None

@@ -350,22 +350,18 @@ class SubscriptionSource:
         partition's columns are those of the first row; the events are the rows with an
         event position (read_partition gives the partition a row of its own, lock_and_read
         repeats it on each event's row)."""
-        sub = self.sub
         # The read opens the partition's transaction (its BEGIN in the same round trip).
-        read = functools.partial(libpq.opening_rows, connection)
-        if sub.partitions == 1:  # the function with its kept plan (migrations 0019, 0020)
-            (rows,) = read(
-                cursor,
-                QUERIES["read_partition"],
-                read_parameters(sub, partition, xmin, limit, floor),
-            )
+        params = read_parameters(self.sub, partition, xmin, limit, floor)
+        if self.sub.partitions == 1:  # the function with its kept plan (migrations 0019, 0020)
+            (rows,) = libpq.opening_rows(connection, cursor, QUERIES["read_partition"], params)
             if xmin is None and rows:
                 xmin = rows[0][HORIZON_USED]
             return rows, xmin
         if xmin is None and not isinstance(cursor.cursor, psycopg.ClientCursor):
             xmin = reads.read_horizon(cursor)  # binding on the server: one statement a call
+            params["xmin"] = str(xmin)
         query = _READ_HORIZON_AND_LOCK if xmin is None else QUERIES["lock_and_read"]
-        *horizon, rows = read(cursor, query, read_parameters(sub, partition, xmin, limit, floor))
+        *horizon, rows = libpq.opening_rows(connection, cursor, query, params)
         if xmin is None:
             xmin = int(horizon[0][0][0])
         return rows, xmin
