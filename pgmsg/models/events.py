@@ -8,6 +8,13 @@ from django.db.models.functions import Now
 
 from pgmsg.core import wake
 
+#: Set (transaction-local) by pgmsg_append around its INSERT, which does the triggers' work
+#: itself (migration 0023): the triggers' WHEN skips that statement without calling them.
+#: Any other INSERT into pgmsg_event meets the triggers as before.
+NOT_APPENDING = pgtrigger.Condition(
+    "current_setting('pgmsg.appending', true) IS DISTINCT FROM 'on'"
+)
+
 
 class Stream(models.Model):
     """One row per stream: its current version, locked by each append (optimistic concurrency)."""
@@ -72,6 +79,7 @@ class StoredEvent(models.Model):
                 level=pgtrigger.Statement,
                 when=pgtrigger.After,
                 operation=pgtrigger.Insert,
+                condition=NOT_APPENDING,
                 referencing=pgtrigger.Referencing(new="new_rows"),
                 declare=[("taken", "uuid"), ("known", "uuid[]")],
                 func=(
@@ -104,6 +112,7 @@ class StoredEvent(models.Model):
                 level=pgtrigger.Statement,
                 when=pgtrigger.After,
                 operation=pgtrigger.Insert,
+                condition=NOT_APPENDING,
                 referencing=pgtrigger.Referencing(new="new_rows"),
                 func=(
                     "PERFORM " + wake.wake_sql("'events:' || c.category", "'events'") + " "

@@ -98,6 +98,39 @@ def test_an_all_category_subscription_is_woken_by_any_category():
         assert wakes_after(append) == ["events:order"]
 
 
+def _pgmsg_append(conn, stream: str = "order-2") -> None:
+    """One event through pgmsg_append, which wakes by itself (its INSERT skips the triggers)."""
+    conn.execute(
+        "SELECT pgmsg_append(%s, %s, ARRAY['Placed'], ARRAY['{}'], ARRAY['{}'], "
+        "ARRAY[gen_random_uuid()])",
+        [stream, stream.split("-")[0]],
+    )
+
+
+def test_pgmsg_append_wakes_the_category_and_the_all_category_workers_only_while_idle():
+    assert wakes_after(_pgmsg_append) == []
+    with connect(autocommit=True) as worker:
+        wake.IdleDeclaration(["events:order"]).declare(worker.cursor())
+        assert wakes_after(_pgmsg_append) == ["events:order"]
+        # Two appends of the category in one transaction: one check, one NOTIFY.
+        assert wakes_after(lambda conn: [_pgmsg_append(conn), _pgmsg_append(conn)]) == [
+            "events:order"
+        ]
+        assert wakes_after(lambda conn: _pgmsg_append(conn, "invoice-1")) == []
+    with connect(autocommit=True) as worker:
+        wake.IdleDeclaration(["events"]).declare(worker.cursor())
+        assert wakes_after(lambda conn: _pgmsg_append(conn, "invoice-1")) == ["events:invoice"]
+
+
+def test_the_barrier_waits_for_a_transaction_that_called_pgmsg_append():
+    with connect() as producer, connect(autocommit=True) as worker:
+        _pgmsg_append(producer)
+        idle = wake.IdleDeclaration(["events:order"])
+        assert idle.declare(worker.cursor()) is False, "must not sleep: an append is in flight"
+        producer.commit()
+        assert idle.declare(worker.cursor()) is True
+
+
 def test_the_barrier_waits_for_a_producer_that_checked_before_the_declaration():
     with connect() as producer, connect(autocommit=True) as worker:
         insert_work(producer)  # its wake check ran: nobody idle, so no NOTIFY at its commit

@@ -168,3 +168,57 @@ def test_the_key_trigger_refuses_a_stored_id_and_an_id_twice_in_one_statement():
     StoredEvent.objects.all().delete()
     _insert_events([str(stored.message_id)], stream="account-23")
     assert list(StoredEvent.objects.values_list("stream_name", flat=True)) == ["account-23"]
+
+
+def _sql_append(cursor, stream: str, ids: list) -> int | None:
+    cursor.execute(
+        "SELECT pgmsg_append(%s, %s, %s::text[], %s::text[], %s::text[], %s::uuid[])",
+        [stream, "account", ["t"] * len(ids), ["{}"] * len(ids), ["{}"] * len(ids), ids],
+    )
+    return cursor.fetchone()[0]
+
+
+def test_pgmsg_append_refuses_what_the_key_trigger_refuses_and_leaves_it_armed():
+    """pgmsg_append writes the keys itself (its INSERT skips the triggers): the same refusals,
+    and an INSERT after it in the same transaction still meets the key trigger."""
+    from django.db import IntegrityError
+
+    from pgmsg.core.ids import uuid7
+
+    stored = Deposited(amount=Decimal(1))
+    pgmsg.append("account-30", stored)
+    fresh = [str(uuid7()) for _ in range(4)]
+    for stream, ids in (
+        ("account-31", [fresh[0], str(stored.message_id)]),
+        ("account-32", [fresh[1], fresh[1]]),
+    ):
+        with pytest.raises(IntegrityError, match="is stored already"):
+            with transaction.atomic(), connection.cursor() as cursor:
+                _sql_append(cursor, stream, ids)
+    assert StoredEvent.objects.count() == 1
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pgmsg_event_key WHERE message_id::text = ANY(%s)", [fresh]
+        )
+        assert cursor.fetchone()[0] == 0
+
+    # In one transaction: an append, then a plain INSERT of the appended id (refused by the
+    # trigger, so the mark did not outlive the append), then one of a fresh id (keyed).
+    with transaction.atomic(), connection.cursor() as cursor:
+        assert _sql_append(cursor, "account-33", [fresh[2]]) == 1
+        with pytest.raises(IntegrityError, match=f"message id {fresh[2]} is stored already"):
+            with transaction.atomic():
+                _insert_events([fresh[2]], stream="account-34")
+        _insert_events([fresh[3]], stream="account-35")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT message_id::text FROM pgmsg_event_key WHERE message_id::text = ANY(%s)",
+            [fresh],
+        )
+        assert sorted(row[0] for row in cursor.fetchall()) == sorted(fresh[2:])
+
+    # A key whose event is gone lets the id in again through pgmsg_append too.
+    StoredEvent.objects.filter(stream_name="account-30").delete()
+    with connection.cursor() as cursor:
+        assert _sql_append(cursor, "account-36", [str(stored.message_id)]) == 1
+    assert StoredEvent.objects.filter(message_id=stored.message_id).count() == 1
