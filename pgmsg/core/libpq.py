@@ -1,6 +1,7 @@
 """Statements sent through libpq below psycopg's cursor, on the same connection and in the same
 transaction as Django's, where the cursor would cost a round trip or client time a hot path
-cannot spare: notify()'s insert, and the first statement of a worker's batch transaction.
+cannot spare: notify()'s and the inbox's receive() calls, and the first statement of a
+worker's batch transaction.
 
 Django's own cursor is used instead wherever someone watches it: execute wrappers, query
 logging (DEBUG, assertNumQueries), or PGMSG["SEND_THROUGH_DJANGO_CURSOR"] (instrumentation that
@@ -40,9 +41,10 @@ def can_send(conn: psycopg.Connection) -> bool:
     )
 
 
-def one_value(conn: psycopg.Connection, statement: bytes, values: list[str]) -> int:
-    """The integer that ``statement`` (text parameters ``$1``..., see sql.numbered) returns,
-    sent through libpq's extended protocol where can_send(conn) says so.
+def one_value(conn: psycopg.Connection, statement: bytes, values: list[str | None]) -> int | None:
+    """The integer (or NULL: None) that ``statement`` (text parameters ``$1``..., None for NULL,
+    see sql.numbered) returns, sent through libpq's extended protocol where can_send(conn)
+    says so.
 
     A psycopg cursor's execute and fetch cost about 45 us of client CPU a call on this machine,
     and more when many producer processes share two cores (they ran at 0.59 of plain INSERT
@@ -50,9 +52,62 @@ def one_value(conn: psycopg.Connection, statement: bytes, values: list[str]) -> 
     encoding = conn.info.encoding
     result = _run(
         conn,
-        lambda pgconn: pgconn.send_query_params(statement, [v.encode(encoding) for v in values]),
+        lambda pgconn: pgconn.send_query_params(
+            statement, [None if v is None else v.encode(encoding) for v in values]
+        ),
     )[-1]
-    return int(result.get_value(0, 0))
+    value = result.get_value(0, 0)
+    return None if value is None else int(value)
+
+
+def fetch_value(
+    db: BaseDatabaseWrapper,
+    query: str,
+    params: dict,
+    *,
+    libpq_statement: bytes | None = None,
+):
+    """Run one statement in ``db``'s current transaction and return its one value.
+
+    Straight on psycopg's cursor of Django's connection, or through libpq (one_value) when
+    ``libpq_statement`` is given (``query`` numbered by sql.numbered in ``params``'
+    order): the same session and transaction, so atomic blocks, savepoints and on_commit are
+    Django's as ever, with the checks Django's cursor makes first. Django's cursor wrapper
+    cost about as much client time as the insert itself (docs/wakeups.md), so it is used only
+    where someone watches it (watched).
+    """
+    if watched(db):
+        with db.cursor() as cursor:
+            cursor.execute(query, params)
+            return cursor.fetchone()[0]
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    db.validate_no_broken_transaction()
+    with db.wrap_database_errors:
+        conn = db.connection
+        if libpq_statement is not None and can_send(conn):
+            return one_value(conn, libpq_statement, list(params.values()))
+        cursor = _cursor_of(db)
+        cursor.execute(query, params)
+        return cursor.fetchone()[0]
+
+
+def _cursor_of(db: BaseDatabaseWrapper):
+    """A psycopg cursor of ``db``'s current connection, made once per connection: making one
+    cost about as much client time as the rest of a send (measured here).
+
+    Django turns psycopg's prepared statements off unless its OPTIONS set
+    ``prepare_threshold`` (transaction-mode poolers before PgBouncer 1.21 lose them). Where
+    they are on, the cursor binds on the server, so psycopg prepares pgmsg_send() like any
+    statement (the server then skips its parse and plan); else it binds on the client, as
+    Django's own cursor does."""
+    cursor = db.__dict__.get("_pgmsg_cursor")
+    conn = db.connection
+    if cursor is None or cursor.connection is not conn or cursor.closed:
+        cursor = psycopg.Cursor(conn) if conn.prepare_threshold is not None else conn.cursor()
+        db.__dict__["_pgmsg_cursor"] = cursor
+    return cursor
 
 
 def opening_rows(

@@ -13,11 +13,17 @@ from django.core import checks
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
 
-from pgmsg.core import conf, errors, names, sql
+from pgmsg.core import conf, errors, libpq, names, sql
 
 logger = logging.getLogger(__name__)
 
 QUERIES = sql.load(__package__, "inbox.sql")
+
+#: QUERIES["receive"] as libpq takes it (libpq.fetch_value): receive()'s parameters in order.
+_RECEIVE_STATEMENT = sql.numbered(
+    QUERIES["receive"],
+    ["inbox", "message_id", "type", "payload", "source", "aggregate_id", "trace_id"],
+)
 
 #: NOTIFY payload on the wake channel for an inbox: "inbox:<name>" (see models/inbox.py).
 WAKE_PREFIX = "inbox:"
@@ -214,10 +220,13 @@ def receive(
     of the same id waits for the first transaction and then reports a duplicate.
     """
     name, row = _row(inbox, message_id, type, payload, source, aggregate_id, trace_id)
-    with connections[using or conf.get().DATABASE].cursor() as cursor:
-        cursor.execute(QUERIES["receive"], {"inbox": name, **row})
-        found = cursor.fetchone()
-    return Received(row["message_id"], stored=found is not None, id=found and found[0])
+    stored = libpq.fetch_value(
+        connections[using or conf.get().DATABASE],
+        QUERIES["receive"],
+        {"inbox": name, **row},
+        libpq_statement=_RECEIVE_STATEMENT,
+    )
+    return Received(row["message_id"], stored=stored is not None, id=stored)
 
 
 def receive_many(

@@ -1,11 +1,11 @@
 -- name: receive
--- Store one message unless its (inbox, message_id) is known (the first-receipt trigger skips
--- it, in whichever partition the first copy is); RETURNING gives no row for a duplicate. A
--- concurrent receipt of the same id waits for the first to commit, then skips.
-INSERT INTO pgmsg_inbox_message (inbox, message_id, type, payload, source, aggregate_id, trace_id)
-VALUES (%(inbox)s, %(message_id)s, %(type)s, %(payload)s::jsonb, %(source)s, %(aggregate_id)s,
-        %(trace_id)s)
-RETURNING id;
+-- Store one message unless its (inbox, message_id) is known, in whichever partition the first
+-- copy is: pgmsg_receive (migration 0024_inbox_receive_function) returns the new row's id, or
+-- NULL for a duplicate. A concurrent receipt of the same id waits for the first to commit,
+-- then gets NULL. The parameters go in this order (sql.numbered: receive() sends it through
+-- libpq).
+SELECT pgmsg_receive(%(inbox)s, %(message_id)s, %(type)s, %(payload)s, %(source)s,
+                     %(aggregate_id)s, %(trace_id)s);
 
 -- name: receive_many
 -- Store many messages in one statement; duplicates (stored before, or twice in this batch)

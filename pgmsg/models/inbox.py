@@ -12,6 +12,13 @@ from pgmsg.core import wake
 #: NOTIFY payload prefix on the wake channel: "inbox:<inbox name>".
 WAKE_PREFIX = "inbox:"
 
+#: Set (transaction-local) by pgmsg_receive around its INSERT, which does the first-receipt
+#: check and the wake-up itself (migration 0024): the triggers' WHEN skips that row and
+#: statement without calling them. Any other INSERT meets the triggers as before.
+NOT_RECEIVING = pgtrigger.Condition(
+    "current_setting('pgmsg.receiving', true) IS DISTINCT FROM 'on'"
+)
+
 
 class InboxMessage(models.Model):
     """One message of one inbox. ``(inbox, message_id)`` is the idempotency key.
@@ -102,6 +109,8 @@ class InboxMessage(models.Model):
             ("discard_inboxmessage", "Can discard inbox messages"),
         ]
         triggers = [
+            # The first-receipt and wake triggers skip the one INSERT of pgmsg_receive()
+            # (receive(); migration 0024), which does their work itself: see NOT_RECEIVING.
             # Idempotency across partitions: a message id the inbox already holds is skipped
             # (the insert returns no row), whichever partition holds the first copy. The
             # advisory lock makes a concurrent receipt of the same id wait for the first one's
@@ -117,6 +126,7 @@ class InboxMessage(models.Model):
                 level=pgtrigger.Row,
                 when=pgtrigger.Before,
                 operation=pgtrigger.Insert,
+                condition=NOT_RECEIVING,
                 func=(
                     "IF current_setting('transaction_isolation') = 'repeatable read' THEN "
                     "RAISE EXCEPTION 'pgmsg: inbox % message %: receive in a READ COMMITTED "
@@ -155,6 +165,7 @@ class InboxMessage(models.Model):
                 level=pgtrigger.Statement,
                 when=pgtrigger.After,
                 operation=pgtrigger.Insert,
+                condition=NOT_RECEIVING,
                 referencing=pgtrigger.Referencing(new="new_rows"),
                 func=(
                     "PERFORM " + wake.wake_sql(f"'{WAKE_PREFIX}' || i.inbox") + " "

@@ -155,3 +155,57 @@ def test_a_batch_gets_row_ids_in_its_own_order():
     assert [r.message_id for r in received] == batch
     ids = [r.id for r in received]
     assert ids == sorted(ids)
+
+
+RECEIVE = "SELECT pgmsg_receive(%s, %s, 'work', %s)"
+
+
+def test_sql_producers_receive_with_pgmsg_receive_once_per_message_id():
+    listener = psycopg.connect(database_url(connection.settings_dict), autocommit=True)
+    try:
+        listener.execute("LISTEN pgmsg")
+        wake.IdleDeclaration(["inbox:test.inbox"]).declare(listener.cursor())
+        with psycopg.connect(database_url(connection.settings_dict)) as producer:
+            first = producer.execute(RECEIVE, ["test.inbox", "fn-1", '{"n": 1}']).fetchone()[0]
+            again = producer.execute(RECEIVE, ["test.inbox", "fn-1", '{"n": 2}']).fetchone()[0]
+            producer.commit()
+        assert isinstance(first, int) and again is None
+        # One wake-up for the transaction's two calls.
+        assert [n.payload for n in listener.notifies(timeout=5, stop_after=1)] == [
+            "inbox:test.inbox"
+        ]
+        assert [n.payload for n in listener.notifies(timeout=0.3)] == []
+    finally:
+        listener.close()
+    assert InboxMessage.objects.get(message_id="fn-1").payload == {"n": 1}
+    drain()
+    assert effects() == {"fn-1": 1}
+
+
+def test_pgmsg_receive_leaves_the_first_receipt_trigger_armed_for_later_inserts():
+    """pgmsg_receive's INSERT skips the triggers (it checks and wakes itself); an INSERT after
+    it in the same transaction still meets them."""
+    insert = (
+        "INSERT INTO pgmsg_inbox_message (inbox, message_id, type, payload) "
+        "VALUES ('test.inbox', %s, 'work', '{}') RETURNING id"
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(RECEIVE, ["test.inbox", "fn-2", "{}"])
+        assert cursor.fetchone()[0] is not None
+        cursor.execute(insert, ["fn-2"])
+        assert cursor.fetchall() == []  # the first-receipt trigger skipped the copy
+        cursor.execute(insert, ["fn-3"])
+        assert len(cursor.fetchall()) == 1
+    assert sorted(InboxMessage.objects.values_list("message_id", flat=True)) == ["fn-2", "fn-3"]
+
+
+def test_the_barrier_waits_for_a_transaction_that_called_pgmsg_receive():
+    with (
+        psycopg.connect(database_url(connection.settings_dict)) as producer,
+        psycopg.connect(database_url(connection.settings_dict), autocommit=True) as worker,
+    ):
+        producer.execute(RECEIVE, ["test.inbox", "fn-4", "{}"])
+        idle = wake.IdleDeclaration(["inbox:test.inbox"])
+        assert idle.declare(worker.cursor()) is False, "must not sleep: a receipt is in flight"
+        producer.commit()
+        assert idle.declare(worker.cursor()) is True
