@@ -99,9 +99,9 @@ def _cursor_of(db: BaseDatabaseWrapper):
 
     Django turns psycopg's prepared statements off unless its OPTIONS set
     ``prepare_threshold`` (transaction-mode poolers before PgBouncer 1.21 lose them). Where
-    they are on, the cursor binds on the server, so psycopg prepares pgmsg_send() like any
-    statement (the server then skips its parse and plan); else it binds on the client, as
-    Django's own cursor does."""
+    they are on, the cursor binds on the server, so psycopg prepares pgmsg_send() or
+    pgmsg_receive() like any statement (the server then skips its parse and plan); else it
+    binds on the client, as Django's own cursor does."""
     cursor = db.__dict__.get("_pgmsg_cursor")
     conn = db.connection
     if cursor is None or cursor.connection is not conn or cursor.closed:
