@@ -128,7 +128,9 @@ class NotificationSource:
         if now >= self._next_from_start:
             self._from_id, self._next_from_start = 0, now + FROM_START_INTERVAL
         params = {"channels": self.names, "limit": limit, "from_id": self._from_id}
-        (fetched,) = libpq.opening_rows(connection, cursor, QUERIES["claim_notifications"], params)
+        (fetched,) = libpq.opening_rows(
+            connection, cursor, QUERIES["claim_notifications"], params, varying=("from_id",)
+        )
         if len(fetched) < limit and self._from_id:
             # Rows the first read took are deleted in this transaction: not read again.
             params.update(limit=limit - len(fetched), from_id=0)

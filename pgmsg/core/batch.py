@@ -130,23 +130,25 @@ def run_batch(
     """
     db = worker.database
     if not conf.get().SAVEPOINT_PER_MESSAGE and not getattr(worker, "careful", False):
-        result: BatchResult[Row] = BatchResult()
+        # The loop does no more per row than it must (a few microseconds a row add up to a
+        # tenth of a drain's rate): the rows done are the ones seen, in order, and a handler's
+        # time is kept as a bare float beside its Delivery.
         seen: list[Delivery] = []
-        timings: list[tuple[str, str, float]] = []
+        durations: list[float] = []
+        clock, set_current, reset_current = time.perf_counter, _current.set, _current.reset
         try:
             for row in rows:
                 if worker.stopping:
                     break
                 current = delivery(row)
-                token = _current.set(current)
-                started = time.perf_counter()
+                seen.append(current)  # with a handler's error, the Redo ends the batch
+                token = set_current(current)
+                started = clock()
                 try:
                     handle(row)
                 finally:
-                    _current.reset(token)
-                    timings.append((current.kind, current.name, time.perf_counter() - started))
-                result.done.append(row)
-                seen.append(current)
+                    reset_current(token)
+                    durations.append(clock() - started)
         except CONNECTION_LOST:
             raise
         except Exception as exc:
@@ -158,23 +160,30 @@ def run_batch(
             worker.withdraw_claim()
             raise Redo(f"a handler failed on the fast path: {exc}") from exc
         finally:
-            metrics.handler_durations(timings)
+            metrics.handler_durations(seen, durations)
         if after_handlers is not None:
             after_handlers()
         _account(worker, seen, [])
-        return result
+        return BatchResult(done=list(rows[: len(seen)]))
     result = BatchResult()
     blocked: set[Hashable] = set()
-    timings = []
+    ran: list[Delivery] = []
+    durations = []
     try:
         for row in rows:
             if worker.stopping:
                 break
             if group is not None and group(row) in blocked:
                 continue
+            current = delivery(row)
             try:
-                with delivering(delivery(row)), transaction.atomic(using=db):
-                    _timed(handle, row, delivery, timings)
+                with bound(_current, current), transaction.atomic(using=db):
+                    ran.append(current)
+                    started = time.perf_counter()
+                    try:
+                        handle(row)
+                    finally:
+                        durations.append(time.perf_counter() - started)
             except CONNECTION_LOST:
                 raise
             except Exception as exc:
@@ -184,7 +193,7 @@ def run_batch(
             else:
                 result.done.append(row)
     finally:
-        metrics.handler_durations(timings)
+        metrics.handler_durations(ran, durations)
     if after_handlers is not None:
         after_handlers()
     _account(
@@ -198,20 +207,6 @@ def _connection_broken(db: str) -> bool:
     then the batch is over, not redone on a fresh connection that Django would open."""
     raw = connections[db].connection
     return raw is None or raw.closed or raw.broken
-
-
-def _timed(
-    handle: Callable[[Row], None],
-    row: Row,
-    delivery: Callable[[Row], Delivery],
-    timings: list[tuple[str, str, float]],
-) -> None:
-    started = time.perf_counter()
-    try:
-        handle(row)
-    finally:
-        seen = delivery(row)
-        timings.append((seen.kind, seen.name, time.perf_counter() - started))
 
 
 def _account(worker, done: list[Delivery], failed: list[Delivery]) -> None:

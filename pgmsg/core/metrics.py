@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import bisect
 import functools
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 try:
@@ -102,16 +103,22 @@ def failed(kind: str, name: str, *, give_up: bool) -> None:
     _get("dead" if give_up else "retried").labels(*labels).inc()
 
 
-def handler_durations(timings: Iterable[tuple[str, str, float]]) -> None:
-    """Observe a batch's (Delivery.kind, source name, seconds), one histogram update per source
-    and bucket instead of one per message: each observe() takes a lock twice (in multiprocess
-    mode, two writes to the shared file), which cost the worker 7 to 15 us per message
-    (bench/metrics.py), about a tenth of a message's time at full speed."""
-    if prometheus_client is None:
+def handler_durations(deliveries: Sequence[Any], durations: Sequence[float]) -> None:
+    """Observe a batch's handler durations (seconds, one per Delivery of ``deliveries``, whose
+    kind and name label it), one histogram update per source and bucket instead of one per
+    message: each observe() takes a lock twice (in multiprocess mode, two writes to the shared
+    file), which cost the worker 7 to 15 us per message (bench/metrics.py), about a tenth of a
+    message's time at full speed."""
+    if prometheus_client is None or not durations:
+        return
+    sources = set(map(_KIND_AND_NAME, deliveries))
+    if len(sources) == 1:  # the usual batch
+        ((kind, name),) = sources
+        _observe_many(_duration(kind, name), durations)
         return
     by_source: dict[tuple[str, str], list[float]] = {}
-    for kind, name, seconds in timings:
-        by_source.setdefault((kind, name), []).append(seconds)
+    for delivery, seconds in zip(deliveries, durations, strict=True):
+        by_source.setdefault((delivery.kind, delivery.name), []).append(seconds)
     for (kind, name), values in by_source.items():
         _observe_many(_duration(kind, name), values)
 
@@ -133,6 +140,10 @@ def _observe_many(histogram: Any, values: list[float]) -> None:
     for bucket, count in zip(buckets, counts, strict=True):
         if count:
             bucket.inc(count)
+
+
+#: A Delivery's (kind, name): its source.
+_KIND_AND_NAME = operator.itemgetter(0, 2)
 
 
 @functools.cache

@@ -135,3 +135,56 @@ def test_an_isolation_level_of_psycopgs_own_keeps_psycopgs_begin():
         conn.isolation_level = None
     assert messages[0] == ("Query", ' "BEGIN ISOLATION LEVEL SERIALIZABLE"')
     assert values() == ["serializable"]
+
+
+# -- statements bound once, their varying integers written in (opening_rows' varying) --------
+
+PICK = (
+    "SELECT x FROM unnest(%(names)s::text[]) WITH ORDINALITY AS t(name, x)"
+    " WHERE x >= %(low)s AND x<%(high)s AND name <> %(skip)s ORDER BY x"
+)
+
+
+def bound_text(params: dict, varying=("low", "high")) -> str:
+    """The query string opening_rows sends for PICK with ``params`` and ``varying``."""
+    with transaction.atomic(), connection.cursor() as cursor, sent() as messages:
+        (rows,) = libpq.opening_rows(connection, cursor, PICK, params, varying=varying)
+    assert messages[0][1].startswith(' "BEGIN;')
+    bound = messages[0][1]
+    with connection.cursor() as cursor:  # what the cursor binds in full: the same rows
+        cursor.execute(PICK, params)
+        assert rows == cursor.fetchall()
+    return bound
+
+
+def test_a_statement_bound_once_sends_what_binding_it_each_time_sends():
+    names = ["a", "b", "it's", "d", "e"]
+    for low, high in [(1, 9), (2, 4), (0, 0), (-3, 2), (5, -1), (3, 5)]:
+        params = {"names": names, "low": low, "high": high, "skip": "b"}
+        with connection.cursor() as cursor:
+            expected = cursor.cursor.mogrify(PICK, params)
+        text = bound_text(params)
+        assert text == f' "BEGIN;\n{expected}"'
+    # Negative integers keep psycopg's space: "x<-1" would read as the operator "<-".
+    assert "x< -1" in bound_text({"names": names, "low": 5, "high": -1, "skip": "b"})
+
+
+def test_other_values_of_the_fixed_parameters_are_bound_anew():
+    first = bound_text({"names": ["a", "b"], "low": 1, "high": 3, "skip": "a"})
+    second = bound_text({"names": ["a", "c"], "low": 1, "high": 3, "skip": "c"})
+    assert "'{a,b}'" in first and "'a'" in first
+    assert "'{a,c}'" in second and "'c'" in second
+
+
+def test_a_varying_value_that_is_not_an_integer_is_bound_as_it_is():
+    text = bound_text({"names": ["a", "b", "c"], "low": "2", "high": 2.5, "skip": ""})
+    assert "x >= '2' AND x<2.5" in text
+
+
+def test_statements_bound_once_are_forgotten_with_their_connection():
+    bound_text({"names": ["a"], "low": 1, "high": 2, "skip": ""})
+    kept = connection.__dict__["_pgmsg_bound"]
+    assert kept[0] is connection.connection and kept[1]
+    connection.close()
+    assert "x >= 1 AND x<2" in bound_text({"names": ["a"], "low": 1, "high": 2, "skip": ""})
+    assert connection.__dict__["_pgmsg_bound"][0] is connection.connection is not kept[0]
