@@ -82,9 +82,10 @@ class NotificationSource:
             self._next_undeclared_check = time.monotonic() + UNDECLARED_CHECK_INTERVAL
             warn_undeclared(db)
         # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
-        own_transaction = not connections[db].in_atomic_block
-        with transaction.atomic(using=db), connections[db].cursor() as cursor:
-            fetched = self._claim(connections[db], cursor, worker.batch_size)
+        connection = connections[db]
+        own_transaction = not connection.in_atomic_block
+        with transaction.atomic(using=db), connection.cursor() as cursor:
+            fetched = self._claim(connection, cursor, worker.batch_size)
             if not fetched:
                 return 0
             crashes: dict[int, int] = {}
@@ -114,7 +115,7 @@ class NotificationSource:
         full = len(rows) >= worker.batch_size
         if full and self._refresh_statistics and time.monotonic() >= self._next_statistics_check:
             self._next_statistics_check = time.monotonic() + STATISTICS_CHECK_INTERVAL
-            with connections[db].cursor() as cursor:
+            with connection.cursor() as cursor:
                 params = {"channels": self.names, "limit": worker.batch_size, "from_id": 0}
                 self._refresh_statistics = refresh_statistics(worker, cursor, params) is not False
         return len(rows)

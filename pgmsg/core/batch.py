@@ -130,9 +130,9 @@ def run_batch(
     """
     db = worker.database
     if not conf.get().SAVEPOINT_PER_MESSAGE and not getattr(worker, "careful", False):
-        # The loop does no more per row than it must (a few microseconds a row add up to a
-        # tenth of a drain's rate): the rows done are the ones seen, in order, and a handler's
-        # time is kept as a bare float beside its Delivery.
+        # The loop does no more per row than it must (at 50,000 messages a second, one
+        # microsecond a row is 5 % of a drain's time): the rows done are the prefix it saw,
+        # and a handler's time is kept as a bare float beside its Delivery.
         seen: list[Delivery] = []
         durations: list[float] = []
         clock, set_current, reset_current = time.perf_counter, _current.set, _current.reset
