@@ -331,3 +331,49 @@ def test_a_producer_that_is_not_django_appends_with_pgmsg_append():
     assert read[0].metadata == {"correlation_id": "c-1"}
     assert pgmsg.append("account-40", Withdrawn(amount=Decimal(1)), expected_version=2) == 3
     assert not pgmsg.read_stream("account-41")
+
+
+# -- append() sends its arrays in PostgreSQL's binary form (libpq.text_array, uuid_array) ----
+
+AWKWARD = [
+    "",
+    'a "quoted" {brace}, comma',
+    'back\\slash \\" and \\\\',
+    "ünï ☃ 😀",
+    "NULL",
+    "x" * 5000,
+]
+
+
+@pytest.mark.parametrize("through_django", [False, True])
+def test_append_stores_awkward_text_and_metadata_exactly(through_django):
+    from django.test import override_settings
+
+    given = [Opened(owner=owner, metadata={"note": owner} if owner else {}) for owner in AWKWARD]
+    with override_settings(PGMSG={"SEND_THROUGH_DJANGO_CURSOR": through_django}):
+        assert pgmsg.append("awkward-1", given) == len(AWKWARD)
+    stored = list(StoredEvent.objects.filter(stream_name="awkward-1").order_by("version"))
+    assert [event.data for event in stored] == [{"owner": owner} for owner in AWKWARD]
+    assert [event.metadata.get("note", "") for event in stored] == AWKWARD
+    assert [event.message_id for event in stored] == [event.message_id for event in given]
+    assert [event.version for event in stored] == list(range(1, len(AWKWARD) + 1))
+
+
+def test_append_inside_an_execute_wrapper_goes_through_psycopgs_cursor(monkeypatch):
+    from pgmsg.core import libpq
+
+    sent_by_libpq = []
+    one_value = libpq.one_value
+    monkeypatch.setattr(
+        libpq, "one_value", lambda *args: sent_by_libpq.append(args) or one_value(*args)
+    )
+    pgmsg.append("plain-1", Opened(owner="n"))
+    assert len(sent_by_libpq) == 1
+    with connection.execute_wrapper(lambda execute, *args: execute(*args)):
+        assert pgmsg.append("wrapped-1", [Opened(owner="o"), Opened(owner="p")]) == 2
+        assert pgmsg.append("wrapped-1", Opened(owner="q"), expected_version=2) == 3
+        with pytest.raises(errors.ConcurrencyError):
+            pgmsg.append("wrapped-1", Opened(owner="r"), expected_version=2)
+    assert len(sent_by_libpq) == 1
+    stored = StoredEvent.objects.filter(stream_name="wrapped-1").order_by("version")
+    assert [event.data["owner"] for event in stored] == ["o", "p", "q"]
