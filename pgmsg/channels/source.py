@@ -105,13 +105,15 @@ class NotificationSource:
                 result = batch.run_batch(worker, run, delivery=_delivery, handle=self._handle)
             finally:
                 self._decoded = {}
-            done = {row.id for row in result.done}
             failures.update((row.id, self._failure(row, exc)) for row, exc in result.failed)
-            left = [row for row in rows if row.id not in done] if len(done) < len(rows) else []
+            left = []
+            if len(result.done) < len(rows):  # failures, or a stop: put the others back
+                done = {row.id for row in result.done}
+                left = [row for row in rows if row.id not in done]
             if left:
                 cursor.execute(QUERIES["restore_notifications"], _restore_params(left, failures))
                 self._from_id = 0  # they are back below where the next claim would start
-        worker.handled += len(done)
+        worker.handled += len(result.done)
         full = len(rows) >= worker.batch_size
         if full and self._refresh_statistics and time.monotonic() >= self._next_statistics_check:
             self._next_statistics_check = time.monotonic() + STATISTICS_CHECK_INTERVAL
@@ -148,7 +150,7 @@ class NotificationSource:
 
         Returns (rows with the suspect's crashes counted as attempts, rows to run, failures).
         """
-        suspect = next((row for row in rows if row.id in crashes), None)
+        suspect = next((row for row in rows if row.id in crashes), None) if crashes else None
         if suspect is None:
             return rows, rows, {}
         counted = suspect._replace(attempts=suspect.attempts + crashes[suspect.id])
