@@ -271,15 +271,11 @@ def _delivery(row: ClaimedNotification) -> batch.Delivery:
 def _decoder(spec: channels.ChannelSpec) -> Callable[[str], object]:
     if spec.is_trigger:
         return functools.partial(triggers.decode_row_change, spec.model)
-    return functools.partial(_decode, spec)
+    return payloads.jsonb_decoder(spec.payload_class)
 
 
 def _decode(spec: channels.ChannelSpec, text: str):
-    try:
-        data = payloads.from_jsonb(text)
-    except ValueError as exc:
-        raise errors.PayloadError(f"payload is not JSON: {exc}") from exc
-    return payloads.load(spec.payload_class, data)
+    return payloads.jsonb_decoder(spec.payload_class)(text)
 
 
 def _restore_params(

@@ -15,6 +15,7 @@ import re
 import types
 import typing
 import uuid
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from functools import cache
 from typing import Any
@@ -169,6 +170,26 @@ def load(cls: type, data: Any, **given: Any) -> Any:
     if direct is not None and (built := direct(data, given)) is not None:
         return built
     return _checked_dataclass(cls, data, cls.__name__, given)
+
+
+@cache
+def jsonb_decoder(cls: type) -> Callable[[str], Any]:
+    """Per dataclass, a function made once: jsonb text (``payload::text``) -> an instance of
+    ``cls``, as ``load(cls, from_jsonb(text))``; text that is not JSON raises PayloadError. A
+    worker decodes each message of a batch with it: one call into it instead of four calls
+    and a cache lookup through ``load``."""
+    direct = _direct_loader(cls, ())
+
+    def decode(text: str) -> Any:
+        try:
+            value = from_jsonb(text)
+        except ValueError as exc:
+            raise errors.PayloadError(f"payload is not JSON: {exc}") from exc
+        if direct is not None and (built := direct(value, None)) is not None:
+            return built
+        return _checked_dataclass(cls, value, cls.__name__)
+
+    return decode
 
 
 # JSON already yields these exact types; a value of exactly that type needs no conversion.

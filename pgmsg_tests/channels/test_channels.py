@@ -161,6 +161,10 @@ def test_plain_payloads_decode_alike_on_either_path(data, expected):
     loaded = payloads.load(PlainValues, data)
     assert loaded == expected
     assert type(loaded.share) is float
+    # The worker's decoder (jsonb text to the instance) gives the same.
+    decoded = payloads.jsonb_decoder(PlainValues)(json.dumps(data))
+    assert decoded == expected
+    assert type(decoded.share) is float
 
 
 @pytest.mark.parametrize(
@@ -177,3 +181,11 @@ def test_plain_payloads_with_a_wrong_value_get_the_checked_paths_error(data, com
     bool is not an int to it (nor an int a bool), and a wrong name is not a field."""
     with pytest.raises(errors.PayloadError, match=complaint):
         payloads.load(PlainValues, data)
+    with pytest.raises(errors.PayloadError, match=complaint):
+        payloads.jsonb_decoder(PlainValues)(json.dumps(data))
+
+
+@pytest.mark.parametrize("text", ["", "{", '{"text": "a",}', "[1] x", "nan"])
+def test_the_workers_decoder_says_when_text_is_not_json(text):
+    with pytest.raises(errors.PayloadError, match="payload is not JSON"):
+        payloads.jsonb_decoder(PlainValues)(text)
