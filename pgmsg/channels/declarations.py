@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal, dataclass_transform
 
-from pgmsg.core import errors, names, payloads
+from pgmsg.core import errors, names, payload_types
 
 EXACTLY_ONCE = "exactly_once"
 BROADCAST = "broadcast"
@@ -102,7 +102,7 @@ class Registry:
                 f"channel {spec.name!r} is declared twice: by {_origin(known)} and {_origin(spec)}"
             )
         if spec.payload_class is not None:
-            payloads.check_supported(spec.payload_class)
+            payload_types.check_supported(spec.payload_class)
         self.channels[spec.name] = spec
 
     def add_listener(self, channel: str, func: Listener) -> None:

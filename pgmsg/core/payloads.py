@@ -141,7 +141,8 @@ def _dumps(value: Any, plain: dict | None) -> str:
 
 
 @cache
-def _hints(cls: type) -> dict[str, Any]:
+def hints_of(cls: type) -> dict[str, Any]:
+    """The type hints of dataclass ``cls``, looked up once."""
     return typing.get_type_hints(cls)
 
 
@@ -202,7 +203,7 @@ def _plan(
 ) -> tuple[frozenset, frozenset, dict[str, tuple[Any, tuple]], dict[str, tuple]]:
     """Per dataclass, computed once: field names, required names, (hint, pass-through) and
     the pass-through types alone, by field name."""
-    hints = _hints(cls)
+    hints = hints_of(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     required = frozenset(
         name
@@ -309,7 +310,7 @@ def _plain_fields(
     unchanged (``int`` for ``int``, ``int`` or ``None`` for ``int | None``, ...), or None when
     a field has any other type or is not an ``__init__`` argument (those need the full
     check)."""
-    hints = _hints(cls)
+    hints = hints_of(cls)
     plain = []
     for f in dataclasses.fields(cls):
         if f.name in skip:
@@ -422,41 +423,8 @@ def _name(hint: Any) -> str:
     return getattr(hint, "__name__", None) or str(hint)
 
 
-def check_supported(cls: type) -> None:
-    """Refuse, at declaration time, field types that payloads cannot carry."""
-    for name, hint in _hints(cls).items():
-        _check_hint(hint, f"{cls.__name__}.{name}")
-
-
 def _time_with_offset(value: str) -> dt.time | None:
     try:
         return dt.time.fromisoformat(value)
     except ValueError:
         return None
-
-
-_SCALARS = (bool, int, float, str, Decimal, uuid.UUID, dt.datetime, dt.date, dt.time)
-
-
-def _check_hint(hint: Any, path: str) -> None:
-    if hint is Any or hint is object or hint is type(None) or hint in _SCALARS:
-        return
-    origin = typing.get_origin(hint)
-    if origin is typing.ClassVar:
-        return
-    if origin is typing.Literal:
-        return
-    if origin in (typing.Union, types.UnionType, list, tuple, set, frozenset, dict):
-        for arg in typing.get_args(hint):
-            if arg is not Ellipsis:
-                _check_hint(arg, path)
-        return
-    if dataclasses.is_dataclass(hint):
-        check_supported(hint)
-        return
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        return
-    raise errors.ConfigurationError(
-        f"{path}: type {_name(hint)} cannot be carried in a payload; use str, int, float, bool, "
-        "Decimal, UUID, datetime, date, time, an Enum, a dataclass, or list/dict of those"
-    )

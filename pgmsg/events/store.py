@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from pgmsg.core import batch, conf, errors, libpq, payloads, sql
+from pgmsg.core import batch, conf, errors, libpq, payload_types, payloads, sql
 from pgmsg.core.ids import uuid7
 from pgmsg.events.names import category_of, is_type_name, validate_stream_name
 
@@ -85,7 +85,7 @@ class Event:
                 f"{cls.__qualname__}: invalid event type {name!r}: use letters, digits, '_' or "
                 "'.', starting with a letter"
             )
-        payloads.check_supported(cls)
+        payload_types.check_supported(cls)
         known = event_types.get(name)
         if known is not None and _origin(known) != _origin(cls):
             raise errors.ConfigurationError(

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
 
-from pgmsg.core import conf, errors, names, payloads, sql
+from pgmsg.core import conf, errors, names, payload_types, payloads, sql
 from pgmsg.core.ids import uuid7
 from pgmsg.outbox import slots
 
@@ -99,7 +99,7 @@ class Outbox:
         def decorator(cls: T) -> T:
             if not dataclasses.is_dataclass(cls):
                 cls = dataclasses.dataclass(cls)
-            payloads.check_supported(cls)
+            payload_types.check_supported(cls)
             spec = MessageSpec(outbox=self, type=type, topic=topic, payload_class=cls)
             registry.add_message(spec)
             cls.pgmsg_outbox_message = spec
