@@ -177,7 +177,7 @@ def run_batch(
                 continue
             current = delivery(row)
             try:
-                with bound(_current, current), transaction.atomic(using=db):
+                with delivering(current), transaction.atomic(using=db):
                     ran.append(current)
                     started = time.perf_counter()
                     try:

@@ -220,7 +220,7 @@ def _bound_once(
     if kept is None or kept[0] is not db.connection or len(kept[1]) >= _BOUND_KEPT:
         kept = db.__dict__["_pgmsg_bound"] = (db.connection, {})
     try:
-        key = (query, *((k, _frozen(v)) for k, v in params.items() if k not in varying))
+        key = (query, *((k, type(v), _frozen(v)) for k, v in params.items() if k not in varying))
         split = kept[1].get(key)
     except TypeError:  # a value that cannot be a key (a dict): bound each time
         key, split = None, None
@@ -259,6 +259,7 @@ def _split_at_marks(
 
 
 def _frozen(value: Any) -> Any:
+    # Beside its type in the key: 1 and True, or a list and a tuple, bind differently.
     return tuple(value) if isinstance(value, list) else value
 
 
