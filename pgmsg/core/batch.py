@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import logging
-import operator
 import random
 import time
 import traceback
@@ -214,8 +213,8 @@ def _account(worker, done: list[Delivery], failed: list[Delivery]) -> None:
     transaction commits: through the running worker's tally (written about once a second),
     or, for a source driven without one, by a row written in the claim transaction."""
     db = worker.database
-    handled_counts = Counter(map(_KIND_AND_NAME, done))
-    failed_counts = Counter(map(_KIND_AND_NAME, failed))
+    handled_counts = Counter(map(metrics.source_of, done))
+    failed_counts = Counter(map(metrics.source_of, failed))
     tally = getattr(worker, "tally", None)
     if tally is None:
         throughput.record(db, handled_counts, failed_counts)
@@ -223,10 +222,6 @@ def _account(worker, done: list[Delivery], failed: list[Delivery]) -> None:
         transaction.on_commit(lambda: tally.add(handled_counts, failed_counts), using=db)
     if handled_counts:
         transaction.on_commit(lambda: metrics.handled(handled_counts), using=db)
-
-
-#: A Delivery's (kind, name), what the counts are keyed by.
-_KIND_AND_NAME = operator.itemgetter(0, 2)
 
 
 # -- the failure rule -----------------------------------------------------------------------

@@ -35,14 +35,13 @@ import hashlib
 import logging
 import os
 import select
-import struct
 import weakref
 from collections.abc import Iterable, Sequence
 
 import psycopg
 from psycopg.adapt import Dumper
 
-from pgmsg.core import batch, conf, sources, sql
+from pgmsg.core import batch, conf, libpq, sources, sql
 
 logger = logging.getLogger("pgmsg.worker")
 
@@ -77,22 +76,13 @@ class _Ids(list):
 
 
 class _IdsDumper(Dumper):
-    """A list of ints as PostgreSQL's binary int8[], packed in one call: psycopg's own list
-    dumper looks at every element (for 1,000 ids, measured here: 4.5 ms as text, 1.3 ms in
-    binary; this one well under 0.1 ms)."""
+    """A list of ints as PostgreSQL's binary int8[] (libpq.int8_array), for psycopg's cursor."""
 
     format = psycopg.pq.Format.BINARY
     oid = psycopg.postgres.types["int8"].array_oid
 
     def dump(self, obj: list[int]) -> bytes:
-        count = len(obj)
-        if not count:  # no dimensions: the empty array
-            return struct.pack(">iii", 0, 0, 20)
-        lengths_and_values = [8, 0] * count
-        lengths_and_values[1::2] = obj
-        # ndim 1, no nulls, element type int8 (oid 20), the dimension and its lower bound 1,
-        # then each element as its length (8) and its value.
-        return struct.pack(f">5i{'iq' * count}", 1, 0, 20, count, 1, *lengths_and_values)
+        return libpq.int8_array(obj)
 
 
 # Registered on psycopg's default adapters: every connection made afterwards (the worker's
@@ -135,7 +125,7 @@ def send_record(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int)
         _flush(pgconn)
         _answer(conn)
         _prepared.add(conn)
-    params = [kind.encode(), _IdsDumper(_Ids).dump(list(ids)), b"%d" % xid, b"%d" % os.getpid()]
+    params = [kind.encode(), libpq.int8_array(list(ids)), b"%d" % xid, b"%d" % os.getpid()]
     pgconn.send_query_prepared(_RECORD_NAME, params, param_formats=[0, 1, 0, 0])
     _flush(pgconn)
     return SentRecord(conn)

@@ -111,7 +111,7 @@ def handler_durations(deliveries: Sequence[Any], durations: Sequence[float]) -> 
     message's time at full speed."""
     if prometheus_client is None or not durations:
         return
-    sources = set(map(_KIND_AND_NAME, deliveries))
+    sources = set(map(source_of, deliveries))
     if len(sources) == 1:  # the usual batch
         ((kind, name),) = sources
         _observe_many(_duration(kind, name), durations)
@@ -142,8 +142,8 @@ def _observe_many(histogram: Any, values: list[float]) -> None:
             bucket.inc(count)
 
 
-#: A Delivery's (kind, name): its source.
-_KIND_AND_NAME = operator.itemgetter(0, 2)
+#: A Delivery's (kind, name): the source its counts and durations are labelled by.
+source_of = operator.itemgetter(0, 2)
 
 
 @functools.cache

@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from pgmsg.core import errors
-from pgmsg.core.payloads import hints_of
+from pgmsg.core.payloads import hints_of, type_name
 
 
 def check_supported(cls: type) -> None:
@@ -43,8 +43,7 @@ def _check_hint(hint: Any, path: str) -> None:
         return
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return
-    name = getattr(hint, "__name__", None) or str(hint)
     raise errors.ConfigurationError(
-        f"{path}: type {name} cannot be carried in a payload; use str, int, float, bool, "
-        "Decimal, UUID, datetime, date, time, an Enum, a dataclass, or list/dict of those"
+        f"{path}: type {type_name(hint)} cannot be carried in a payload; use str, int, float, "
+        "bool, Decimal, UUID, datetime, date, time, an Enum, a dataclass, or list/dict of those"
     )

@@ -4,6 +4,7 @@ carries its BEGIN in the same query string, and behaves as the cursor's execute 
 from __future__ import annotations
 
 import contextlib
+import json
 import tempfile
 
 import psycopg
@@ -188,3 +189,31 @@ def test_statements_bound_once_are_forgotten_with_their_connection():
     connection.close()
     assert "x >= 1 AND x<2" in bound_text({"names": ["a"], "low": 1, "high": 2, "skip": ""})
     assert connection.__dict__["_pgmsg_bound"][0] is connection.connection is not kept[0]
+
+
+# -- binary arrays (libpq.int8_array, text_array, uuid_array), read back by the server ------
+
+
+@pytest.mark.parametrize(
+    "items",
+    [[], [0], [1, -1, 2**63 - 1, -(2**63)], list(range(-500, 500))],
+    ids=["empty", "zero", "extremes", "a thousand"],
+)
+def test_an_int8_array_is_what_the_server_reads(items):
+    connection.ensure_connection()
+    binary = libpq.int8_array(items)
+    (result,) = libpq._run(
+        connection.connection,
+        lambda pgconn: pgconn.send_query_params(
+            b"SELECT array_to_json($1::bigint[])::text", [binary], param_formats=[1]
+        ),
+    )
+    assert json.loads(result.get_value(0, 0)) == items
+
+
+def test_the_claims_dumper_sends_an_int8_array_through_psycopgs_cursor():
+    from pgmsg.core import claims
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s::bigint[]", [claims._Ids([3, -4, 2**62])])
+        assert cursor.fetchone()[0] == [3, -4, 2**62]
