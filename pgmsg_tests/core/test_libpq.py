@@ -191,7 +191,7 @@ def test_statements_bound_once_are_forgotten_with_their_connection():
     assert connection.__dict__["_pgmsg_bound"][0] is connection.connection is not kept[0]
 
 
-# -- binary arrays (libpq.int8_array, text_array, uuid_array), read back by the server ------
+# -- libpq.int8_array, read back by the server (text_array and uuid_array: events) ---------
 
 
 @pytest.mark.parametrize(
