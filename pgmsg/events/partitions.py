@@ -177,7 +177,7 @@ def analyze_new_months() -> list[str]:
     """ANALYZE the months that hold events but were never analyzed (autovacuum off, or not
     yet come round): without statistics the planner guesses a partition's bucket holds a
     handful of events and sorts where it should read the index in order (subscriptions.py,
-    ensure_partition_index). Returns the names analyzed."""
+    ensure_partition_reads). Returns the names analyzed."""
     database = conf.get().DATABASE
     with transaction.atomic(using=database), connections[database].cursor() as cursor:
         cursor.execute(QUERIES["never_analyzed"])

@@ -6,7 +6,6 @@ import contextlib
 import functools
 import logging
 
-import psycopg
 from django.db import connections, transaction
 
 from pgmsg.core import batch, claims, errors, libpq, sources
@@ -20,6 +19,7 @@ from pgmsg.events.subscriptions import (
     WAKE_PREFIX,
     Subscription,
     ensure_partitions,
+    read_function,
     registry,
 )
 from pgmsg.export import periodic
@@ -29,16 +29,10 @@ logger = logging.getLogger(__name__)
 #: pgmsg_claim.kind of events, named there by claims.number_keys(subscription, positions).
 CLAIM_KIND = "event"
 
-#: In a read's rows (lock_and_read, read_partition): the event columns are [7:EVENT_END]; the
-#: horizon read_partition used is in the partition's row, at HORIZON_USED.
+#: In a read's rows (subscriptions.sql, read_partition): the event columns are [7:EVENT_END];
+#: the horizon the read used is in the partition's row, at HORIZON_USED.
 EVENT_END = 16
 HORIZON_USED = 16
-
-#: The read horizon, then the partition's read below it: two statements, one round trip
-#: (client-side binding sends them as one simple query; each has its own snapshot). A
-#: subscription of one partition reads through pgmsg_read_partition, which reads the horizon
-#: itself when it is not given.
-_READ_HORIZON_AND_LOCK = QUERIES["read_horizon_here"] + ";\n" + QUERIES["lock_and_read"]
 
 
 class SubscriptionSource:
@@ -58,6 +52,8 @@ class SubscriptionSource:
             self.label += f" (share {part}/{parts})"
         self.mine = [p for p in range(sub.partitions) if p % parts == part]
         self._ready = False
+        #: The partition's lock and read (read_partition) through the subscription's function.
+        self._read_query = read_query(sub)
         # The last batch filled a partition's read: more is waiting, so the next batch skips
         # the look for idle partitions (two round trips) and goes to the partitions at once.
         self._busy = False
@@ -341,29 +337,16 @@ class SubscriptionSource:
         limit: int,
         floor: store_partitions.Floor | None,
     ) -> tuple[list[tuple], int | None]:
-        """Hold the partition and read its next events, in one statement (lock_and_read, or
-        read_partition when the subscription has one partition), from ``floor`` on (None:
-        every month), below ``xmin``: when None, the read horizon is read first (by
-        read_partition itself, or in the same query string as lock_and_read:
-        read_horizon_here). Returns (rows, horizon; None when read_partition was to read it
-        and returned no row). No row: the partition is not ours to serve now. The
-        partition's columns are those of the first row; the events are the rows with an
-        event position (read_partition gives the partition a row of its own, lock_and_read
-        repeats it on each event's row)."""
+        """Hold the partition and read its next events, in one statement (read_partition),
+        from ``floor`` on (None: every month), below ``xmin`` (None: the read reads the
+        horizon first). Returns (rows, horizon; None when the read was to read it and returned
+        no row). No row: the partition is not ours to serve now. The partition's columns are
+        those of the first row; the events are the rows with an event position."""
         # The read opens the partition's transaction (its BEGIN in the same round trip).
         params = read_parameters(self.sub, partition, xmin, limit, floor)
-        if self.sub.partitions == 1:  # the function with its kept plan (migrations 0019, 0020)
-            (rows,) = libpq.opening_rows(connection, cursor, QUERIES["read_partition"], params)
-            if xmin is None and rows:
-                xmin = rows[0][HORIZON_USED]
-            return rows, xmin
-        if xmin is None and not isinstance(cursor.cursor, psycopg.ClientCursor):
-            xmin = reads.read_horizon(cursor)  # binding on the server: one statement a call
-            params["xmin"] = str(xmin)
-        query = _READ_HORIZON_AND_LOCK if xmin is None else QUERIES["lock_and_read"]
-        *horizon, rows = libpq.opening_rows(connection, cursor, query, params)
-        if xmin is None:
-            xmin = int(horizon[0][0][0])
+        (rows,) = libpq.opening_rows(connection, cursor, self._read_query, params)
+        if xmin is None and rows:
+            xmin = rows[0][HORIZON_USED]
         return rows, xmin
 
     def _claim_key(self, recorded: RecordedEvent) -> int:
@@ -403,19 +386,15 @@ def read_parameters(
     limit: int,
     floor: store_partitions.Floor | None = None,
 ) -> dict:
-    """The parameters of lock_and_read and read_partition for one partition of ``sub``:
-    events below ``xmin`` (None: read_partition reads the horizon itself, lock_and_read takes
-    the transaction's pgmsg.read_horizon, set by read_horizon_here), up to ``limit``, from
-    ``floor`` on (None: every month)."""
+    """The parameters of read_partition for one partition of ``sub``: events below ``xmin``
+    (None: the read reads the horizon itself), up to ``limit``, from ``floor`` on (None: every
+    month)."""
     return {
         "subscription": sub.name,
         "partition": partition,
         "xmin": None if xmin is None else str(xmin),
         "category": sub.category,
         "types": sub.types,
-        "partitions": sub.partitions,
-        "key_source": sub.key_source,
-        "key": sub.key,
         "limit": limit,
         "floor": floor and floor.at,
         "floor_xid": floor.xid if floor else 0,
@@ -423,6 +402,11 @@ def read_parameters(
         "floor_seals": floor.seals if floor else [],
         "floor_lowest": floor and floor.lowest,
     }
+
+
+def read_query(sub: Subscription) -> str:
+    """read_partition, calling ``sub``'s read function (a name pgmsg makes: no quoting)."""
+    return QUERIES["read_partition"].format(function=read_function(sub))
 
 
 def worker_sources(options: sources.SourceOptions) -> list[SubscriptionSource]:

@@ -205,7 +205,7 @@ def ensure_partitions(sub: Subscription, cursor) -> None:
             "use a new subscription name, or delete its rows from pgmsg_subscription_partition "
             "and let it start again"
         )
-    ensure_partition_index(sub, cursor)
+    ensure_partition_reads(sub, cursor)
 
 
 def partition_index(sub: Subscription) -> tuple[str, pgsql.Composed] | None:
@@ -216,40 +216,80 @@ def partition_index(sub: Subscription) -> tuple[str, pgsql.Composed] | None:
     """
     if sub.partitions == 1:
         return None
-    if sub.key_source == "stream":
-        key = pgsql.SQL("stream_name")
-    else:
-        key = pgsql.SQL("coalesce({} ->> {}, '')").format(
-            pgsql.Identifier(sub.key_source), pgsql.Literal(sub.key)
-        )
-    what = f"{sub.category is not None}:{sub.key_source}:{sub.key}:{sub.partitions}"
-    digest = hashlib.sha256(what.encode()).hexdigest()[:10]
-    name = f"pgmsg_event_part_{sub.partitions}_{digest}"
+    name = f"pgmsg_event_part_{sub.partitions}_{_digest(_index_shape(sub))}"
     statement = pgsql.SQL(QUERIES["create_partition_index"]).format(
         name=pgsql.Identifier(name),
         leading=pgsql.SQL("category, " if sub.category is not None else ""),
-        key=key,
+        key=_bucket_key(sub),
         partitions=pgsql.Literal(sub.partitions),
     )
     return name, statement
 
 
-def ensure_partition_index(sub: Subscription, cursor) -> None:
-    """Create the index of ``sub``'s partition reads if it is missing.
+def read_function(sub: Subscription) -> str:
+    """The name of the function through which ``sub``'s partitions are held and read
+    (subscriptions.sql, read_partition): pgmsg_read_partition for one partition, the one
+    partition_read makes for more."""
+    if sub.partitions == 1:
+        return "pgmsg_read_partition"
+    # The function's text is part of its name: a pgmsg whose function differs makes its own.
+    shape = _index_shape(sub) + QUERIES["create_partition_read"]
+    return f"pgmsg_read_part_{sub.partitions}_{_digest(shape)}"
 
-    Looked up first, so that a worker start does not lock the event table when the index is
-    there. Building it on a large store blocks appends while it runs: create it beforehand with
-    ``CREATE INDEX CONCURRENTLY`` (docs/events.md), or let the first worker build it at a quiet
-    time.
+
+def partition_read(sub: Subscription) -> pgsql.Composed | None:
+    """The CREATE FUNCTION statement of read_function(sub) (None for one partition: migration
+    0020 made pgmsg_read_partition)."""
+    if sub.partitions == 1:
+        return None
+    return pgsql.SQL(QUERIES["create_partition_read"]).format(
+        name=pgsql.Identifier(read_function(sub)),
+        category=pgsql.SQL("ev.category = category_name AND " if sub.category is not None else ""),
+        key=_bucket_key(sub),
+        partitions=pgsql.Literal(sub.partitions),
+    )
+
+
+def _bucket_key(sub: Subscription) -> pgsql.Composable:
+    """The partition key as the bucket expression hashes it."""
+    if sub.key_source == "stream":
+        return pgsql.SQL("stream_name")
+    return pgsql.SQL("coalesce({} ->> {}, '')").format(
+        pgsql.Identifier(sub.key_source), pgsql.Literal(sub.key)
+    )
+
+
+def _index_shape(sub: Subscription) -> str:
+    """What a partition index depends on: subscriptions of the same shape share it."""
+    return f"{sub.category is not None}:{sub.key_source}:{sub.key}:{sub.partitions}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def ensure_partition_reads(sub: Subscription, cursor) -> None:
+    """Create the index and the function of ``sub``'s partition reads where missing.
+
+    Looked up first, so that a worker start does not lock the event table when they are
+    there. Building the index on a large store blocks appends while it runs: create it
+    beforehand with ``CREATE INDEX CONCURRENTLY`` (docs/events.md), or let the first worker
+    build it at a quiet time.
     """
     index = partition_index(sub)
     if index is None:
         return
     name, statement = index
-    cursor.execute(QUERIES["partition_index_exists"], {"name": name})
-    if cursor.fetchone()[0]:
+    function = read_function(sub)
+    cursor.execute(QUERIES["partition_reads_exist"], {"index": name, "function": function})
+    has_index, has_function = cursor.fetchone()
+    if has_index and has_function:
         return
     cursor.execute(QUERIES["lock_partition_indexes"])
+    if not has_function:
+        cursor.execute(partition_read(sub))
+    if has_index:
+        return
     cursor.execute(statement)
     # The planner knows how many events a bucket holds only from statistics of the index's
     # expression, which only ANALYZE gathers. Without them it guesses a handful, sorts instead

@@ -13,12 +13,13 @@ ON CONFLICT (subscription, partition) DO NOTHING;
 SELECT count(*), max(partition) FROM pgmsg_subscription_partition
 WHERE subscription = %(subscription)s;
 
--- name: partition_index_exists
-SELECT to_regclass(%(name)s) IS NOT NULL;
+-- name: partition_reads_exist
+-- Whether the partition index and the partition read function named are there.
+SELECT to_regclass(%(index)s) IS NOT NULL, to_regproc(%(function)s) IS NOT NULL;
 
 -- name: lock_partition_indexes
--- One creator of partition indexes at a time (two workers starting together would otherwise
--- race to create the same index name).
+-- One creator of partition indexes and read functions at a time (two workers starting
+-- together would otherwise race to create the same index, or to replace the same function).
 SELECT pg_advisory_xact_lock(1885826371, 0);
 
 -- name: create_partition_index
@@ -29,6 +30,89 @@ SELECT pg_advisory_xact_lock(1885826371, 0);
 -- bucket count and key reach the server as literals (Django binds on the client).
 CREATE INDEX IF NOT EXISTS {name} ON pgmsg_event
     ({leading}abs(mod(hashtextextended({key}, 0), {partitions})), transaction_id, position);
+
+-- name: create_partition_read
+-- A format template (filled in by subscriptions.partition_read, names and literals never from
+-- a parameter): the function through which a subscription of more than one partition holds a
+-- partition and reads its events. pgmsg_read_partition (migrations 0019, 0020) with the
+-- partition's bucket as one more condition, written as the partition index
+-- (create_partition_index) has it, so that the plan the session keeps reads one range of that
+-- index: as a parameter the bucket count and key would not match the index's literals, and a
+-- statement with them as literals is parsed and planned on every read (0.6 to 1 ms).
+-- Subscriptions that share an index share its function; its name changes with this text.
+CREATE OR REPLACE FUNCTION {name}(
+    subscription_name text, partition_number int, horizon text, category_name text,
+    type_names text[], batch_limit int, floor_at timestamptz, floor_xid bigint,
+    floor_oids bigint[], floor_seals text[], floor_lowest timestamptz
+) RETURNS TABLE (
+    id bigint, checkpoint_transaction bigint, checkpoint_position bigint, attempts int,
+    xid bigint, archived text, floor_ok boolean, event_position bigint, event_xid text,
+    stream_name text, version int, type text, data text, metadata text, message_id uuid,
+    recorded_at_us bigint, horizon_used bigint
+)
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    -- NULL: read it now, in a statement (and snapshot) before the lock's and the read's.
+    below xid8 := coalesce(horizon, pgmsg_read_horizon()::text)::xid8;
+    since timestamptz := coalesce(floor_at, '-infinity');
+    after_xid xid8;
+    after_position bigint;
+BEGIN
+    -- Hold the partition: no row when another worker holds it, or it is stopped or backing
+    -- off. FOR UPDATE returns its latest committed checkpoint; locking gives this transaction
+    -- its id, returned for the batch's claim record (pgmsg/core/claims.py). archived: the
+    -- first archive (pgmsg_archive --force) holding events after the checkpoint, where the
+    -- partition must stop rather than pass over them. floor_ok: whether the read floor holds
+    -- for this checkpoint (events/partitions.py; the caller reads again without it if not).
+    SELECT p.id, p.checkpoint_transaction, p.checkpoint_position, p.attempts,
+           pg_current_xact_id()::text::bigint,
+           (SELECT a.partition || ' (archived to ' || a.path || ')'
+            FROM pgmsg_archive AS a
+            WHERE a.status = 'archived' AND a.end_transaction_id IS NOT NULL
+              AND (a.end_transaction_id, a.end_position)
+                  > (p.checkpoint_transaction, p.checkpoint_position)
+            ORDER BY a.lower
+            LIMIT 1),
+           (floor_at IS NULL
+            OR (p.checkpoint_transaction >= floor_xid
+                AND (SELECT count(*) FROM pg_constraint AS c
+                     JOIN unnest(floor_oids, floor_seals) AS s(relation, name)
+                       ON c.conrelid = s.relation::oid AND c.conname = s.name
+                     WHERE c.contype = 'c') = cardinality(floor_oids)
+                AND NOT EXISTS (SELECT FROM pgmsg_event AS earlier
+                                WHERE earlier.recorded_at < floor_lowest)))
+    INTO id, checkpoint_transaction, checkpoint_position, attempts, xid, archived, floor_ok
+    FROM pgmsg_subscription_partition AS p
+    WHERE p.subscription = subscription_name AND p.partition = partition_number
+      AND p.status = 'active' AND p.next_attempt_at <= now()
+    FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    horizon_used := below::text::bigint;
+    RETURN NEXT;  -- the partition's row: its columns and the horizon, the event columns NULL
+    after_xid := checkpoint_transaction::text::xid8;
+    after_position := checkpoint_position;
+    -- Its events after the checkpoint, below the horizon, in read order (the partition's
+    -- columns NULL). The floor (since) prunes months when the executor starts.
+    RETURN QUERY
+    SELECT NULL::bigint, NULL::bigint, NULL::bigint, NULL::int, NULL::bigint, NULL::text,
+           NULL::boolean,
+           ev.position, ev.transaction_id::text, ev.stream_name, ev.version, ev.type,
+           ev.data::text, ev.metadata::text, ev.message_id,
+           (extract(epoch FROM ev.recorded_at) * 1000000)::bigint, NULL::bigint
+    FROM pgmsg_event AS ev
+    WHERE {category}abs(mod(hashtextextended({key}, 0), {partitions})) = partition_number
+      AND (ev.transaction_id, ev.position) > (after_xid, after_position)
+      AND ev.transaction_id < below
+      AND ev.recorded_at >= since
+      AND (type_names IS NULL OR ev.type = ANY(type_names))
+    ORDER BY ev.transaction_id, ev.position
+    LIMIT batch_limit;
+END $fn$;
 
 -- name: analyze_events
 -- Statistics of every month's events, with the expressions of the partition indexes.
@@ -48,93 +132,17 @@ WHERE p.subscription = %(subscription)s AND p.partition = ANY(%(partitions)s::in
   AND p.status = 'active' AND p.next_attempt_at <= now()
 ORDER BY p.partition;
 
--- name: read_horizon_here
--- The read horizon (pgmsg/core/horizon.sql), kept for the rest of this transaction as
--- pgmsg.read_horizon: sent with lock_and_read in one query string, whose next statement reads
--- below it with a snapshot taken after this one ended.
-SELECT set_config('pgmsg.read_horizon', pgmsg_read_horizon()::text, true);
-
--- name: lock_and_read
--- Hold one partition for this transaction and read its next events, in one statement (one
--- round trip). SKIP LOCKED: no row when another worker holds it, or it is stopped or backing
--- off. FOR UPDATE returns the row's latest committed checkpoint; locking gives this transaction
--- its id, returned for the batch's claim record (pgmsg/core/claims.py). Then up to
--- %(limit)s of its events after the checkpoint the lock returns (the latest committed one),
--- below the horizon %(xmin)s read by an earlier statement. The event columns are those of
--- read_ordered, NULL when nothing is to be read; the filters are read_ordered's, written the
--- same way so that the partition's index (create_partition_index) serves the read. Sixth
--- column: the first archive (pgmsg_archive --force) holding events after the checkpoint, as
--- "partition (archived to path)", NULL when none: such a partition must stop there rather
--- than pass over them. It is looked up in "held", once: in the outer select list it ran once
--- per event returned (1.6 ms of a 5.4 ms read of 1,000 events).
--- %(xmin)s NULL: the horizon is this transaction's pgmsg.read_horizon setting, which
--- read_horizon_here set in the previous statement of the same query string (one round trip
--- for both after a wake-up).
--- %(floor)s (NULL: none): read only months from this recorded_at on, which PostgreSQL prunes
--- at planning (the value is a literal: Django binds on the client), skipping sealed months
--- wholly below the checkpoint (events/partitions.py). Seventh column: whether the floor holds
--- for the checkpoint the lock returned: that checkpoint is at or above the transaction id the
--- floor was computed for (a reset may have moved it back), the seals it relies on still stand
--- (same partitions, same bounds), and no event lies below the oldest of them (the default
--- partition). When it does not, the caller reads again without a floor.
-WITH held AS (
-    SELECT p.id, p.checkpoint_transaction, p.checkpoint_position, p.attempts,
-           pg_current_xact_id()::text::bigint AS xid,
-           (SELECT a.partition || ' (archived to ' || a.path || ')' FROM pgmsg_archive AS a
-            WHERE a.status = 'archived' AND a.end_transaction_id IS NOT NULL
-              AND (a.end_transaction_id, a.end_position)
-                  > (p.checkpoint_transaction, p.checkpoint_position)
-            ORDER BY a.lower
-            LIMIT 1) AS archived,
-           (%(floor)s::timestamptz IS NULL
-            OR (p.checkpoint_transaction >= %(floor_xid)s::bigint
-                AND (SELECT count(*) FROM pg_constraint AS c
-                     JOIN unnest(%(floor_oids)s::bigint[], %(floor_seals)s::text[])
-                          AS s(relation, name)
-                       ON c.conrelid = s.relation::oid AND c.conname = s.name
-                     WHERE c.contype = 'c') = cardinality(%(floor_oids)s::bigint[])
-                AND NOT EXISTS (SELECT FROM pgmsg_event AS below
-                                WHERE below.recorded_at < %(floor_lowest)s::timestamptz)))
-           AS floor_ok
-    FROM pgmsg_subscription_partition AS p
-    WHERE p.subscription = %(subscription)s AND p.partition = %(partition)s
-      AND p.status = 'active' AND p.next_attempt_at <= now()
-    FOR UPDATE SKIP LOCKED
-)
-SELECT held.id, held.checkpoint_transaction, held.checkpoint_position, held.attempts, held.xid,
-       held.archived, held.floor_ok,
-       e.*
-FROM held LEFT JOIN LATERAL (
-    SELECT position, transaction_id::text AS xid, stream_name, version, type, data::text,
-           metadata::text, message_id,
-           (extract(epoch FROM recorded_at) * 1000000)::bigint AS recorded_at_us
-    FROM pgmsg_event
-    WHERE (transaction_id, position)
-          > (held.checkpoint_transaction::text::xid8, held.checkpoint_position)
-      AND transaction_id < coalesce(%(xmin)s::text, current_setting('pgmsg.read_horizon'))::xid8
-      AND (%(floor)s::timestamptz IS NULL OR recorded_at >= %(floor)s::timestamptz)
-      AND (%(category)s::text IS NULL OR category = %(category)s::text)
-      AND (%(types)s::text[] IS NULL OR type = ANY(%(types)s::text[]))
-      AND (%(partitions)s::int = 1 OR abs(mod(hashtextextended(
-            CASE %(key_source)s::text
-                WHEN 'stream' THEN stream_name
-                WHEN 'data' THEN coalesce(data ->> %(key)s::text, '')
-                ELSE coalesce(metadata ->> %(key)s::text, '')
-            END, 0), %(partitions)s::int)) = %(partition)s::int)
-    ORDER BY transaction_id, position
-    LIMIT %(limit)s
-) AS e ON true
-ORDER BY e.xid::xid8, e.position;
-
 -- name: read_partition
--- lock_and_read for a subscription of one partition, through pgmsg_read_partition (migrations
--- 0019 and 0020): the same columns, a plan kept for the session instead of a parse and plan per
--- call. The partition's columns come once, in the first row (its event columns NULL), instead
--- of on every event's row: the caller takes the partition from the first row and the events
--- from the rows with an event position, which reads lock_and_read's rows the same way. With
--- %(xmin)s NULL, the function reads the horizon itself, before it locks and reads, and returns
--- it in the partition's row, in a last column of its own (no read_horizon_here before it).
-SELECT * FROM pgmsg_read_partition(
+-- Hold one partition for this transaction and read its next events, in one statement (one
+-- round trip) through the partition's read function: pgmsg_read_partition (migrations 0019
+-- and 0020) for a subscription of one partition, the one create_partition_read made for
+-- more (subscriptions.read_function names it; {function} is filled in with that name). A
+-- function keeps its statements' plans for the session: no parse and plan per read. The
+-- partition's columns come once, in the first row (its event columns NULL), then the events
+-- (the partition's columns NULL). With %(xmin)s NULL, the function reads the read horizon
+-- (pgmsg/core/horizon.sql) itself, before it locks and reads, and returns it in the
+-- partition's row, in a last column of its own.
+SELECT * FROM {function}(
     %(subscription)s, %(partition)s, %(xmin)s::text, %(category)s::text, %(types)s::text[],
     %(limit)s, %(floor)s::timestamptz, %(floor_xid)s::bigint, %(floor_oids)s::bigint[],
     %(floor_seals)s::text[], %(floor_lowest)s::timestamptz);

@@ -51,6 +51,11 @@ NOT_EXPLAINABLE = {
     ("triggers.sql", "row_change"),
     ("weeks.sql", "lock_table"),
 }
+#: subscriptions.sql's format templates of DDL, filled in for a subscription by these.
+SUBSCRIPTION_DDL = {
+    ("subscriptions.sql", "create_partition_index"): lambda s: subscriptions.partition_index(s)[1],
+    ("subscriptions.sql", "create_partition_read"): subscriptions.partition_read,
+}
 #: Statements that need a newer server than the oldest one pgmsg runs on (the code checks the
 #: server before it uses them): (file, name) -> (server_version_num, the function that's new).
 NEEDS_NEWER_SERVER = {
@@ -116,12 +121,15 @@ def test_every_named_statement_is_used(path, name, text):
 def test_postgresql_accepts_every_named_statement(path, name, text):
     if name in FRAGMENTS or (path.name, name) in NOT_EXPLAINABLE:
         return
-    if (path.name, name) == ("subscriptions.sql", "create_partition_index"):
-        # DDL cannot be EXPLAINed: run it for a sample subscription, and roll it back.
-        sub = pgmsg.Subscription("test-sql-index", category="sql", partitions=3)
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(subscriptions.partition_index(sub)[1])
-            transaction.set_rollback(True)
+    if (path.name, name) in SUBSCRIPTION_DDL:
+        # DDL cannot be EXPLAINed: run it for sample subscriptions, and roll it back.
+        for sub in (
+            pgmsg.Subscription("test-sql-index", category="sql", partitions=3),
+            pgmsg.Subscription("test-sql-index-all", partitions=2, partition_by="data.n"),
+        ):
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(SUBSCRIPTION_DDL[path.name, name](sub))
+                transaction.set_rollback(True)
         return
     if path.name in PARTITION_IDENTIFIERS:
         statement = text.format(**PARTITION_IDENTIFIERS[path.name])
@@ -129,6 +137,8 @@ def test_postgresql_accepts_every_named_statement(path, name, text):
         statement = model_inbox.queries(webhooks)[name]
         if isinstance(statement, pgsql.Composed):
             statement = statement.as_string(connection.connection)
+    elif (path.name, name) == ("subscriptions.sql", "read_partition"):
+        statement = text.format(function="pgmsg_read_partition")
     elif path.parent.name == "export":
         statement = text.format(**EXPORT_IDENTIFIERS)
         statement = _COPY.sub(r"\1", statement)  # EXPLAIN the query a COPY reads

@@ -1,7 +1,7 @@
 """Each subscription partition reads only its own events: its read is a range of an index whose
 key holds the partition's bucket, not a scan of every event filtered by a hash."""
 
-import re
+import json
 
 import pytest
 from django.db import connection, transaction
@@ -9,44 +9,69 @@ from django.db import connection, transaction
 import pgmsg
 from pgmsg.events import reads, subscriptions
 from pgmsg.events.store import START
-from pgmsg.events.subscription_source import read_parameters
+from pgmsg.events.subscription_source import read_parameters, read_query
 from pgmsg_tests.testapp.events_handlers import Step
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def read_params(sub: pgmsg.Subscription, partition: int, limit: int = 1000) -> dict:
-    """The parameters of the read a worker makes for one partition (lock_and_read), with
+    """The parameters of the read a worker makes for one partition (read_partition), with
     every type and a horizon past every event."""
     return {**read_parameters(sub, partition, 100000000, limit), "types": None}
 
 
-def read_plan(sub: pgmsg.Subscription, partition: int) -> str:
-    """EXPLAIN of the read a worker makes for one partition (the statement that holds the
-    partition and reads its events, with the worker's parameters), with sequential scans ruled
-    out so that a tiny table still shows which index the read can use."""
+def read_plans(sub: pgmsg.Subscription, partition: int, *, analyze: bool = False, limit=1000):
+    """The plans (EXPLAIN's JSON) of the event reads inside the partition's read function,
+    with the worker's parameters, as auto_explain (PostgreSQL's contrib module) logs the
+    statements a function runs. Sequential scans are ruled out so that a tiny table still
+    shows which index the read can use; the session's kept plans are dropped first, so that
+    the function plans its statements under these settings."""
+    logged: list[str] = []
+    conn = connection.connection
+
+    def keep(diagnostic) -> None:
+        logged.append(diagnostic.message_primary)
+
     with transaction.atomic(), connection.cursor() as cursor:
         subscriptions.ensure_partitions(sub, cursor)
-        cursor.execute("SET LOCAL enable_seqscan = off")
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("LOAD 'auto_explain'")
         cursor.execute(
-            "EXPLAIN " + subscriptions.QUERIES["lock_and_read"], read_params(sub, partition)
+            "SET LOCAL enable_seqscan = off; DISCARD PLANS; "
+            "SET LOCAL auto_explain.log_min_duration = 0; "
+            "SET LOCAL auto_explain.log_nested_statements = on; "
+            "SET LOCAL auto_explain.log_format = json; "
+            f"SET LOCAL auto_explain.log_analyze = {'on' if analyze else 'off'}; "
+            "SET LOCAL client_min_messages = log"
         )
-        return "\n".join(row[0] for row in cursor.fetchall())
+        conn.add_notice_handler(keep)
+        try:
+            cursor.execute(read_query(sub), read_params(sub, partition, limit))
+        finally:
+            conn.remove_notice_handler(keep)
+        transaction.set_rollback(True)  # the partition's lock, nothing else
+    plans = [json.loads(text[text.index("{") :]) for text in logged if "plan:" in text]
+    return [p["Plan"] for p in plans if "FROM pgmsg_event AS ev" in p["Query Text"]]
 
 
-def event_scans(plan: str, indexes: set[str]) -> list[list[str]]:
-    """The plan's scans of those indexes, each as its lines (the node and its conditions)."""
-    scans: list[list[str]] = []
-    inside = False
-    for line in plan.splitlines():
-        if line.lstrip().startswith("->"):  # a plan node (not "->>" inside a condition)
-            found = re.search(r"Index Scan using (\S+)", line)
-            inside = bool(found and found.group(1) in indexes)
-            if inside:
-                scans.append([line])
-        elif inside:
-            scans[-1].append(line)
-    return scans
+def index_scans(plan: dict, indexes: set[str]) -> list[dict]:
+    """The plan's nodes that scan one of those indexes."""
+    found = [plan] if plan.get("Index Name") in indexes else []
+    for child in plan.get("Plans", []):
+        found += index_scans(child, indexes)
+    return found
+
+
+def all_event_indexes() -> set[str]:
+    """Every index of pgmsg_event and of its months."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT i.indexrelid::regclass::text FROM pg_index AS i "
+            "WHERE i.indrelid = 'pgmsg_event'::regclass OR i.indrelid IN "
+            "(SELECT inhrelid FROM pg_inherits WHERE inhparent = 'pgmsg_event'::regclass)"
+        )
+        return {row[0] for row in cursor.fetchall()}
 
 
 def index_and_its_partitions(index_name: str) -> set[str]:
@@ -67,21 +92,22 @@ def test_a_partition_read_is_an_index_range_of_its_own_bucket(category, partitio
     name = f"test-index-{category or 'all'}-{partition_by.replace('.', '-')}"
     sub = pgmsg.Subscription(name, category=category, partitions=3, partition_by=partition_by)
     index_name, _ = subscriptions.partition_index(sub)
-    pgmsg.append("seq-1", [Step(n=i) for i in range(5)])
+    for stream in range(6):
+        pgmsg.append(f"seq-{stream}", [Step(n=i) for i in range(5)])
 
-    plan = read_plan(sub, 2)
+    (plan,) = read_plans(sub, 2, analyze=True)
 
     # pgmsg_event is partitioned by month (docs/storage.md): the read is one range per month,
     # each on that month's copy of the subscription's index.
     mine = index_and_its_partitions(index_name)
-    used = {name for name in re.findall(r"Index Scan using (\S+)", plan) if "event" in name}
-    assert used and used <= mine, plan
-    scans = event_scans(plan, mine)
+    scans = index_scans(plan, mine)
     assert scans, plan
+    assert not index_scans(plan, all_event_indexes() - mine), plan  # no other index read
     for scan in scans:
-        text = "\n".join(scan)
-        assert "Index Cond" in text and "hashtextextended" in text, plan
-        assert "Filter" not in text, plan  # nothing read is thrown away
+        assert "hashtextextended" in scan["Index Cond"], plan
+        # Nothing read is thrown away (the function's plan keeps the filters of its optional
+        # parameters, the types and the floor, which remove nothing when not given).
+        assert scan.get("Rows Removed by Filter", 0) == 0, scan
 
 
 def test_subscriptions_with_the_same_key_and_count_share_one_index():
@@ -146,22 +172,10 @@ def test_a_new_partition_index_gets_statistics_so_the_read_stops_at_its_limit():
         )
         assert cursor.fetchone()[0] > 0  # the month's copy of the index has statistics
 
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + subscriptions.QUERIES["lock_and_read"],
-            read_params(sub, 1, limit=50),
-        )
-        plan = cursor.fetchone()[0]
-
-    scanned = []
-
-    def walk(node):
-        if node.get("Index Name") in index_and_its_partitions(index_name):
-            scanned.append(node["Actual Rows"])
-        for child in node.get("Plans", []):
-            walk(child)
-
-    walk(plan[0]["Plan"])
+    (plan,) = read_plans(sub, 1, analyze=True, limit=50)
+    scanned = [
+        scan["Actual Rows"] for scan in index_scans(plan, index_and_its_partitions(index_name))
+    ]
     assert scanned, plan
     # The bucket holds about 500 events; an ordered index read stops after the 50 returned.
     assert sum(scanned) <= 50, plan

@@ -1,16 +1,17 @@
-"""A subscription of one partition reads through pgmsg_read_partition (migrations 0019 and 0020,
-a plan kept for the session): the same partition and the same events, in the same columns, as
-the lock_and_read statement that subscriptions of more partitions use, for every shape of
-subscription. The statement repeats the partition's columns on each event's row; the function
-returns them once, in a first row of their own (the worker reads both alike: read_rows)."""
+"""A worker holds a partition and reads its events through the subscription's read function
+(subscriptions.sql, read_partition): pgmsg_read_partition for one partition (migrations 0019
+and 0020), the function create_partition_read makes for more. Both return the partition once,
+in a first row of its own, then the events that read_all's statement (read_ordered, the
+bucket as a filter) returns for the same partition, for every shape of subscription."""
 
 import pytest
 from django.db import connection, transaction
 
 import pgmsg
-from pgmsg.events import reads
-from pgmsg.events.subscription_source import EVENT_END, HORIZON_USED, read_parameters
-from pgmsg.events.subscriptions import QUERIES, ensure_partitions
+from pgmsg.events import reads, subscriptions
+from pgmsg.events.store import START
+from pgmsg.events.subscription_source import EVENT_END, HORIZON_USED, read_parameters, read_query
+from pgmsg.events.subscriptions import ensure_partitions
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,41 +28,70 @@ SHAPES = [
     pgmsg.Subscription("test-rp-category", category="rp", partitions=1),
     pgmsg.Subscription("test-rp-all", partitions=1),
     pgmsg.Subscription("test-rp-types", category="rp", partitions=1),
+    pgmsg.Subscription("test-rp-buckets", category="rp", partitions=2),
+    pgmsg.Subscription("test-rp-buckets-all", partitions=3),
+    pgmsg.Subscription("test-rp-buckets-data", category="rp", partitions=2, partition_by="data.n"),
+    pgmsg.Subscription("test-rp-buckets-types", partitions=2, partition_by="metadata.tenant"),
 ]
-SHAPES[0].handler(Shipped, Billed)(lambda recorded: None)
-SHAPES[1].handler(Shipped, Billed)(lambda recorded: None)
-SHAPES[2].handler(Shipped)(lambda recorded: None)
+for _sub in SHAPES:
+    _types = (Shipped,) if "types" in _sub.name else (Shipped, Billed)
+    _sub.handler(*_types)(lambda recorded: None)
 
 
 @pytest.mark.parametrize("sub", SHAPES, ids=lambda s: s.name)
 @pytest.mark.parametrize("limit", [100, 3])
-def test_the_function_reads_what_the_statement_reads(sub, limit):
-    for i in range(4):
-        pgmsg.append(f"rp-{i % 2}", [Shipped(n=i), Billed(n=i)])
-        pgmsg.append(f"other-{i % 2}", Shipped(n=i))
+def test_the_read_function_reads_what_read_all_reads(sub, limit):
+    for i in range(6):
+        meta = {"tenant": f"t{i}"}
+        pgmsg.append(f"rp-{i % 3}", [Shipped(n=i, metadata=meta), Billed(n=i + 1, metadata=meta)])
+        pgmsg.append(f"other-{i % 2}", Shipped(n=i, metadata=dict(meta)))
     with connection.cursor() as cursor:
-        ensure_partitions(sub, cursor)
+        with transaction.atomic():
+            ensure_partitions(sub, cursor)
         xmin = reads.read_horizon(cursor)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(QUERIES["lock_and_read"], read_parameters(sub, 0, xmin, limit))
-        expected = read_rows(cursor.fetchall())
-        cursor.execute(QUERIES["read_partition"], read_parameters(sub, 0, xmin, limit))
-        function_rows = cursor.fetchall()
-        assert read_rows(function_rows) == expected
-        # The partition once, first, its event columns NULL; its columns NULL on the events'.
-        assert function_rows[0][7:EVENT_END] == (None,) * 9
-        assert function_rows[0][HORIZON_USED] == xmin  # the horizon given
-        assert all(row[:7] + row[EVENT_END:] == (None,) * 8 for row in function_rows[1:])
-        # Without a horizon given, the function reads it itself and returns it.
-        cursor.execute(QUERIES["read_partition"], read_parameters(sub, 0, None, limit))
-        rows = cursor.fetchall()
-        assert rows[0][HORIZON_USED] >= xmin
-        assert read_rows(rows) == expected
-    held, events = expected
-    assert held[0] is not None and held[6] is True  # the partition's id; no floor: it holds
-    categories = {row[2].partition("-")[0] for row in events}  # stream_name's category
-    assert len(events) == min(limit, {"test-rp-all": 12, "test-rp-category": 8}.get(sub.name, 4))
-    assert categories == ({"rp", "other"} if sub.category is None else {"rp"})
+    assert subscriptions.read_function(sub) in read_query(sub)
+    everything = set()
+    for partition in range(sub.partitions):
+        with transaction.atomic(), connection.cursor() as cursor:
+            expected = [
+                e.position
+                for e in reads.read_ordered(
+                    cursor,
+                    after=START,
+                    xmin=xmin,
+                    category=sub.category,
+                    types=sub.types,
+                    partition=(partition, sub.partitions, sub.key_source, sub.key),
+                    limit=limit,
+                )
+            ]
+            cursor.execute(read_query(sub), read_parameters(sub, partition, xmin, limit))
+            rows = cursor.fetchall()
+            held, events = read_rows(rows)
+            assert [row[0] for row in events] == expected
+            # The partition once, first, its event columns NULL; its columns NULL on the events'.
+            assert held[0] is not None and held[6] is True  # its id; no floor: it holds
+            assert rows[0][7:EVENT_END] == (None,) * 9
+            assert rows[0][HORIZON_USED] == xmin  # the horizon given
+            assert all(row[:7] + row[EVENT_END:] == (None,) * 8 for row in rows[1:])
+            # Without a horizon given, the function reads it itself and returns it.
+            cursor.execute(read_query(sub), read_parameters(sub, partition, None, limit))
+            rows = cursor.fetchall()
+            assert rows[0][HORIZON_USED] >= xmin
+            assert read_rows(rows) == (held, events)
+            everything.update(row[0] for row in events)
+        if limit == 100:
+            assert expected, f"partition {partition} holds no event: the test proves nothing"
+    # Every event the subscription handles is in one of its partitions (a big enough limit).
+    with connection.cursor() as cursor:
+        every = reads.read_ordered(
+            cursor, after=START, xmin=xmin, category=sub.category, types=sub.types, limit=1000
+        )
+    if limit == 100:
+        assert everything == {e.position for e in every}
+        assert {e.stream_name.partition("-")[0] for e in every} == (
+            {"rp", "other"} if sub.category is None else {"rp"}
+        )
 
 
 def read_rows(rows: list[tuple]) -> tuple[tuple, list[tuple]]:
