@@ -10,8 +10,10 @@ patches Django's or psycopg's cursor classes, such as some APM agents).
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import uuid
+import weakref
 from typing import Any
 
 import psycopg
@@ -31,15 +33,11 @@ def watched(db: BaseDatabaseWrapper) -> bool:
 
 def can_send(conn: psycopg.Connection) -> bool:
     """Whether a statement can go to libpq as it is: no BEGIN owed first (autocommit, or a
-    transaction already under way), no pipeline, no prepared statements wanted."""
+    transaction already under way), no pipeline."""
     status = conn.pgconn.transaction_status
-    return (
-        conn.prepare_threshold is None
-        and conn.pgconn.pipeline_status == PipelineStatus.OFF
-        and (
-            status == TransactionStatus.INTRANS
-            or (conn.autocommit and status == TransactionStatus.IDLE)
-        )
+    return conn.pgconn.pipeline_status == PipelineStatus.OFF and (
+        status == TransactionStatus.INTRANS
+        or (conn.autocommit and status == TransactionStatus.IDLE)
     )
 
 
@@ -52,15 +50,44 @@ def one_value(
 
     A psycopg cursor's execute and fetch cost about 45 us of client CPU a call on this machine,
     and more when many producer processes share two cores (they ran at 0.59 of plain INSERT
-    at 8 producers, this at 0.75; docs/wakeups.md)."""
+    at 8 producers, this at 0.75; docs/wakeups.md).
+
+    Where the connection wants prepared statements (psycopg's ``prepare_threshold``, which
+    Django's OPTIONS set; off by default, since transaction-mode poolers before PgBouncer 1.21
+    lose them), the statement is prepared on its first use on the connection and executed by
+    name from then on: the server skips its parse and plan."""
     encoding = conn.info.encoding
     params = [v if v is None or type(v) is bytes else v.encode(encoding) for v in values]
     formats = [1 if type(v) is bytes else 0 for v in values]
-    result = _run(
-        conn, lambda pgconn: pgconn.send_query_params(statement, params, param_formats=formats)
-    )[-1]
-    value = result.get_value(0, 0)
+    if conn.prepare_threshold is None:
+        results = _run(
+            conn, lambda pgconn: pgconn.send_query_params(statement, params, param_formats=formats)
+        )
+    else:
+        name = _prepared(conn, statement)
+        results = _run(
+            conn, lambda pgconn: pgconn.send_query_prepared(name, params, param_formats=formats)
+        )
+    value = results[-1].get_value(0, 0)
     return None if value is None else int(value)
+
+
+def _prepared(conn: psycopg.Connection, statement: bytes) -> bytes:
+    """The name of ``statement`` prepared on ``conn``, preparing it there the first time (a
+    prepared statement outlives a rolled-back transaction: the server keeps it until the
+    session ends or it is deallocated)."""
+    name = b"pgmsg_" + hashlib.blake2b(statement, digest_size=8).hexdigest().encode()
+    names = _prepared_names.setdefault(conn, set())
+    if name not in names:
+        _run(conn, lambda pgconn: pgconn.send_prepare(name, statement))
+        names.add(name)
+    return name
+
+
+#: The statements _prepared has prepared on each connection (a new connection prepares anew).
+_prepared_names: weakref.WeakKeyDictionary[psycopg.Connection, set[bytes]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 # PostgreSQL's binary form of a one-dimensional array without NULLs (what array_recv reads):

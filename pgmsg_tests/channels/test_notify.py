@@ -206,11 +206,15 @@ def test_notify_follows_a_new_connection():
 
 def test_notify_is_prepared_where_django_lets_psycopg_prepare():
     def prepared() -> int:
+        """pgmsg_send's statements prepared in this session (by pgmsg: one_value names them
+        pgmsg_<hash>; psycopg names its own _pg3_<n>)."""
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE '%pgmsg_send%'"
+                "SELECT name FROM pg_prepared_statements WHERE statement LIKE '%pgmsg_send%'"
             )
-            return cursor.fetchone()[0]
+            names = [row[0] for row in cursor.fetchall()]
+        assert all(name.startswith("pgmsg_") for name in names), names
+        return len(names)
 
     for _ in range(6):
         pgmsg.notify(Work(key="w"))
@@ -222,6 +226,25 @@ def test_notify_is_prepared_where_django_lets_psycopg_prepare():
         pgmsg.notify(Work(key="w"))
     assert prepared() == 1
     assert Notification.objects.count() == 9
+    # Prepared once (by pgmsg, through libpq), in a transaction that then rolled back: the
+    # server keeps the statement, and the next send runs it by name.
+    with pytest.raises(RuntimeError), transaction.atomic():
+        pgmsg.notify(Work(key="w"))
+        pgmsg.notify(Work(key="rolled back"))
+        raise RuntimeError
+    with transaction.atomic():
+        pgmsg.notify(Work(key="w"))
+        pgmsg.notify(Work(key="kept"))
+    assert prepared() == 1
+    keys = Notification.objects.values_list("payload__key", flat=True)
+    assert sorted(set(keys)) == ["kept", "w"] and len(keys) == 11
+    # A new connection has no statement of the old one's: it prepares its own.
+    connection.close()
+    connection.ensure_connection()
+    connection.connection.prepare_threshold = 1
+    pgmsg.notify(Work(key="new connection"))
+    assert prepared() == 1
+    assert Notification.objects.filter(payload__key="new connection").count() == 1
 
 
 # -- notify() through libpq when psycopg would send nothing before it (core.libpq.one_value) --
