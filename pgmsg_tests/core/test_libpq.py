@@ -217,3 +217,32 @@ def test_the_claims_dumper_sends_an_int8_array_through_psycopgs_cursor():
     with connection.cursor() as cursor:
         cursor.execute("SELECT %s::bigint[]", [claims._Ids([3, -4, 2**62])])
         assert cursor.fetchone()[0] == [3, -4, 2**62]
+
+
+# -- sends prepared by name where Django's OPTIONS want prepared statements ----------------------
+
+
+def test_append_and_receive_are_prepared_once_per_connection_where_prepare_threshold_is_set():
+    import pgmsg
+    from pgmsg_tests.testapp.events_handlers import Step
+
+    def prepared() -> dict[str, str]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT name, statement FROM pg_prepared_statements")
+            return dict(cursor.fetchall())
+
+    pgmsg.append("prepared-0", Step(n=0))
+    pgmsg.receive("test.inbox", "prepared-0", type="work", payload={})
+    assert prepared() == {}  # Django's default: nothing prepared (transaction-mode poolers)
+    connection.close()
+    connection.ensure_connection()
+    connection.connection.prepare_threshold = 5  # as OPTIONS {"prepare_threshold": 5} does
+    for n in range(1, 4):
+        pgmsg.append("prepared-1", Step(n=n))
+        assert pgmsg.receive("test.inbox", f"prepared-{n}", type="work", payload={}).stored
+    assert not pgmsg.receive("test.inbox", "prepared-1", type="work", payload={}).stored
+    statements = prepared()
+    assert sorted(statements) == sorted(n for n in statements if n.startswith("pgmsg_"))
+    calls = sorted(s.split("(")[0].split()[-1] for s in statements.values())
+    assert calls == ["pgmsg_append", "pgmsg_receive"], statements
+    assert [e.event.n for e in pgmsg.read_stream("prepared-1")] == [1, 2, 3]
