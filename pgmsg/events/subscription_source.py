@@ -6,7 +6,8 @@ import contextlib
 import functools
 import logging
 
-from django.db import connections, transaction
+import psycopg
+from django.db import DatabaseError, connections, transaction
 
 from pgmsg.core import batch, claims, errors, libpq, sources
 from pgmsg.core.sources import Worker
@@ -344,7 +345,14 @@ class SubscriptionSource:
         those of the first row; the events are the rows with an event position."""
         # The read opens the partition's transaction (its BEGIN in the same round trip).
         params = read_parameters(self.sub, partition, xmin, limit, floor)
-        (rows,) = libpq.opening_rows(connection, cursor, self._read_query, params)
+        try:
+            (rows,) = libpq.opening_rows(connection, cursor, self._read_query, params)
+        except (DatabaseError, psycopg.Error) as exc:
+            if psycopg.errors.UndefinedFunction in (type(exc), type(exc.__cause__)):
+                # Made outside the migrations, the read function can be dropped under a
+                # running worker: the worker reconnects, and its next round makes it again.
+                self._ready = False
+            raise
         if xmin is None and rows:
             xmin = rows[0][HORIZON_USED]
         return rows, xmin

@@ -4,14 +4,17 @@ and 0020), the function create_partition_read makes for more. Both return the pa
 in a first row of its own, then the events that read_all's statement (read_ordered, the
 bucket as a filter) returns for the same partition, for every shape of subscription."""
 
+import threading
+
 import pytest
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 import pgmsg
 from pgmsg.events import reads, subscriptions
 from pgmsg.events.store import START
 from pgmsg.events.subscription_source import EVENT_END, HORIZON_USED, read_parameters, read_query
 from pgmsg.events.subscriptions import ensure_partitions
+from pgmsg_tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -98,3 +101,35 @@ def read_rows(rows: list[tuple]) -> tuple[tuple, list[tuple]]:
     """What the worker takes from a read: the partition's columns (from the first row) and the
     events' (from the rows that have one)."""
     return rows[0][:7], [row[7:EVENT_END] for row in rows if row[7] is not None]
+
+
+# -- a read function dropped under a running worker ----------------------------------------------
+
+HEALED = pgmsg.Subscription("test-rp-heal", category="heal", partitions=2)
+healed: list[int] = []
+HEALED.handler(Shipped)(lambda recorded: healed.append(recorded.event.n))
+
+
+def test_a_worker_makes_a_dropped_read_function_again_and_goes_on():
+    """The function lives outside the migrations (migrate pgmsg zero and back, or a hand
+    clean-up, can drop it under a running worker): the failing read is a database error like
+    any, the worker reconnects, and its next round makes the function again."""
+    from pgmsg.core.worker import Worker
+
+    healed.clear()
+    worker = Worker(subscriptions=[HEALED.name], install_signal_handlers=False)
+    thread = threading.Thread(target=lambda: (worker.run(), connections.close_all()))
+    thread.start()
+    try:
+        pgmsg.append("heal-1", [Shipped(n=i) for i in range(3)])
+        wait_for(lambda: sorted(healed) == [0, 1, 2], message="the first events handled")
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP FUNCTION {subscriptions.read_function(HEALED)}")
+        pgmsg.append("heal-2", [Shipped(n=i) for i in range(3, 6)])
+        wait_for(lambda: sorted(healed) == list(range(6)), message="the events after the drop")
+    finally:
+        worker.stop()
+        thread.join(timeout=60)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regproc(%s) IS NOT NULL", [subscriptions.read_function(HEALED)])
+        assert cursor.fetchone()[0]
