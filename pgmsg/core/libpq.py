@@ -10,6 +10,7 @@ patches Django's or psycopg's cursor classes, such as some APM agents).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 import uuid
@@ -76,12 +77,17 @@ def _prepared(conn: psycopg.Connection, statement: bytes) -> bytes:
     """The name of ``statement`` prepared on ``conn``, preparing it there the first time (a
     prepared statement outlives a rolled-back transaction: the server keeps it until the
     session ends or it is deallocated)."""
-    name = b"pgmsg_" + hashlib.blake2b(statement, digest_size=8).hexdigest().encode()
+    name = _statement_name(statement)
     names = _prepared_names.setdefault(conn, set())
     if name not in names:
         _run(conn, lambda pgconn: pgconn.send_prepare(name, statement))
         names.add(name)
     return name
+
+
+@functools.cache
+def _statement_name(statement: bytes) -> bytes:
+    return b"pgmsg_" + hashlib.blake2b(statement, digest_size=8).hexdigest().encode()
 
 
 #: The statements _prepared has prepared on each connection (a new connection prepares anew).
