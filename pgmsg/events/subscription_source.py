@@ -294,6 +294,8 @@ class SubscriptionSource:
                         "handled": handled,
                     },
                 )
+            if not found and own_transaction:
+                cursor.execute(QUERIES["commit_without_flush"])
             if suspect is not None and (failed is not None or suspect[0] in result.done):
                 claims.forget(cursor, CLAIM_KIND, self._claim_key(suspect[0]))
         worker.handled += handled

@@ -189,6 +189,14 @@ SET (checkpoint_transaction, checkpoint_position) = (
     handled = handled + %(handled)s, updated_at = now()
 WHERE id = %(id)s;
 
+-- name: commit_without_flush
+-- A batch that read no event: its COMMIT need not wait for the WAL flush. Holding the
+-- partition gave the transaction an id, so its commit would otherwise wait for one, on every
+-- look of a lingering or sweeping worker (0.3 to 0.8 ms each on the 2-core machine). Losing
+-- it in a server crash loses only a checkpoint moved over nothing to handle, and a reset
+-- attempt count; the next read finds the same nothing again.
+SET LOCAL synchronous_commit = off;
+
 -- name: fail
 -- A handler failed: keep what the batch got done, count the attempt, keep the error, and
 -- either back off or stop the partition.

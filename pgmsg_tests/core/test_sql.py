@@ -38,6 +38,7 @@ NOT_EXPLAINABLE = {
     ("notifications.sql", "analyze"),
     ("partitions.sql", "drop_partition"),
     ("partitions.sql", "lock_timeout"),
+    ("subscriptions.sql", "commit_without_flush"),
     ("partitions.sql", "lock_for_seal"),
     ("partitions.sql", "seal"),
     ("retention.sql", "lock_partition"),

@@ -73,6 +73,48 @@ def test_each_event_is_handled_once_in_stream_order_across_batches():
     assert sum(r.handled for r in rows) == 60
 
 
+#: Notes, at each commit that moves a partition's checkpoint, how many events it handled and
+#: the transaction's synchronous_commit (a deferred trigger fires at COMMIT, after SET LOCAL).
+COMMIT_MODE_TRIGGER = """
+CREATE TABLE test_commit_mode (handled bigint, synchronous_commit text);
+CREATE FUNCTION test_note_commit_mode() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO test_commit_mode
+    VALUES (NEW.handled - OLD.handled, current_setting('synchronous_commit'));
+    RETURN NULL;
+END $$;
+CREATE CONSTRAINT TRIGGER test_note_commit_mode AFTER UPDATE ON pgmsg_subscription_partition
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION test_note_commit_mode();
+"""
+
+
+def test_a_batch_that_read_nothing_commits_without_waiting_for_the_flush_one_that_handled_waits():
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        (default,) = cursor.fetchone()
+        if default == "off":
+            pytest.skip("the server's synchronous_commit is off: nothing to tell apart")
+        cursor.execute(COMMIT_MODE_TRIGGER)
+    try:
+        pgmsg.append("audit-commit", [Opened(owner="ann")])
+        drain_until(
+            "test-audit", lambda: len(effects("sub.audit")) == 1, message="the event handled"
+        )
+        drain("test-audit")  # looks that find nothing (their own commits move the horizon)
+        drain("test-audit")
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT handled, synchronous_commit FROM test_commit_mode")
+            modes = cursor.fetchall()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DROP TRIGGER test_note_commit_mode ON pgmsg_subscription_partition;"
+                "DROP FUNCTION test_note_commit_mode(); DROP TABLE test_commit_mode"
+            )
+    assert {mode for handled, mode in modes if handled} == {default}
+    assert {mode for handled, mode in modes if not handled} == {"off"}
+
+
 def test_only_handled_types_of_the_category_reach_the_handlers():
     pgmsg.append(
         "account-1",
