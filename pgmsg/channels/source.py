@@ -84,7 +84,7 @@ class NotificationSource:
         # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
         connection = connections[db]
         own_transaction = not connection.in_atomic_block
-        with transaction.atomic(using=db), connection.cursor() as cursor:
+        with transaction.atomic(using=db), libpq.LazyCursor(connection) as cursor:
             fetched = self._claim(connection, cursor, worker.batch_size)
             if not fetched:
                 return 0
@@ -132,7 +132,7 @@ class NotificationSource:
             self._from_id, self._next_from_start = 0, now + FROM_START_INTERVAL
         params = {"channels": self.names, "limit": limit, "from_id": self._from_id}
         (fetched,) = libpq.opening_rows(
-            connection, cursor, QUERIES["claim_notifications"], params, varying=("from_id",)
+            connection, QUERIES["claim_notifications"], params, varying=("from_id",)
         )
         if len(fetched) < limit and self._from_id:
             # Rows the first read took are deleted in this transaction: not read again.

@@ -186,20 +186,18 @@ class SubscriptionSource:
             if not entered:
                 entered.append(ending.enter_context(connection.connection.pipeline()))
 
-        with ending, transaction.atomic(using=db), connection.cursor() as cursor:
+        with ending, transaction.atomic(using=db), libpq.LazyCursor(connection) as cursor:
             seen = self._seen.get(partition)
             floor = None
             if seen is not None and self._months:
                 floor = store_partitions.floor(self._months, seen)
-            rows, xmin = self._lock_and_read(
-                connection, cursor, partition, xmin, worker.batch_size, floor
-            )
+            rows, xmin = self._lock_and_read(connection, partition, xmin, worker.batch_size, floor)
             if rows and not rows[0][6]:
                 # The floor does not hold (a reset moved the checkpoint back, or a sealed month
                 # changed): read every month, and the months again before the next floor.
                 self._months = None
                 rows, xmin = self._lock_and_read(
-                    connection, cursor, partition, xmin, worker.batch_size, None
+                    connection, partition, xmin, worker.batch_size, None
                 )
             if not rows:
                 return 0, xmin  # another worker holds it, or it is stopped or backing off
@@ -334,7 +332,6 @@ class SubscriptionSource:
     def _lock_and_read(
         self,
         connection,
-        cursor,
         partition: int,
         xmin: int | None,
         limit: int,
@@ -348,7 +345,7 @@ class SubscriptionSource:
         # The read opens the partition's transaction (its BEGIN in the same round trip).
         params = read_parameters(self.sub, partition, xmin, limit, floor)
         try:
-            (rows,) = libpq.opening_rows(connection, cursor, self._read_query, params)
+            (rows,) = libpq.opening_rows(connection, self._read_query, params)
         except (DatabaseError, psycopg.Error) as exc:
             if psycopg.errors.UndefinedFunction in (type(exc), type(exc.__cause__)):
                 # Made outside the migrations, the read function can be dropped under a

@@ -40,11 +40,10 @@ class ModelInboxSource(InboxSource):
         # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
         own_transaction = not connections[db].in_atomic_block
         outcome: batch.BatchResult[inbox.InboxMessage] = batch.BatchResult()
-        with transaction.atomic(using=db), connections[db].cursor() as cursor:
+        with transaction.atomic(using=db), libpq.LazyCursor(connections[db]) as cursor:
             # The claim opens the transaction (its BEGIN in the same round trip).
             (rows,) = libpq.opening_rows(
                 connections[db],
-                cursor,
                 self.queries["claim"],
                 {
                     "inbox": self.inbox.name,

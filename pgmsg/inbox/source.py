@@ -68,7 +68,7 @@ class InboxSource:
             "parts": self.parts,
         }
         outcome: batch.BatchResult[inbox.InboxMessage] = batch.BatchResult()
-        with transaction.atomic(using=db), connections[db].cursor() as cursor:
+        with transaction.atomic(using=db), libpq.LazyCursor(connections[db]) as cursor:
             ordered, unordered, claimed, more, xid = [], [], 0, False, None
             if self.inbox.ordered:
                 ordered, claimed, more, xid = self._claim_ordered(worker, cursor, params)
@@ -81,7 +81,6 @@ class InboxSource:
                 # the same round trip).
                 (rows,) = libpq.opening_rows(
                     connections[db],
-                    cursor,
                     QUERIES[claim],
                     {**params, "limit": room, "null_aggregate_only": self.inbox.ordered},
                 )

@@ -63,8 +63,8 @@ def values() -> list[str]:
 
 def test_the_first_statement_of_an_atomic_block_carries_its_begin_in_one_query_string():
     connection.ensure_connection()
-    with sent() as messages, transaction.atomic(), connection.cursor() as cursor:
-        (rows,) = libpq.opening_rows(connection, cursor, INSERT, {"value": "it's"})
+    with sent() as messages, transaction.atomic():
+        (rows,) = libpq.opening_rows(connection, INSERT, {"value": "it's"})
         assert connection.connection.pgconn.transaction_status == TransactionStatus.INTRANS
     assert [kind for kind, _ in messages] == ["Query", "Query"]  # the read, then COMMIT
     assert messages[0][1].startswith(' "BEGIN;')
@@ -75,17 +75,17 @@ def test_the_first_statement_of_an_atomic_block_carries_its_begin_in_one_query_s
 
 
 def test_what_it_wrote_rolls_back_with_the_block():
-    with transaction.atomic(), connection.cursor() as cursor:
-        libpq.opening_rows(connection, cursor, INSERT, {"value": "gone"})
+    with transaction.atomic():
+        libpq.opening_rows(connection, INSERT, {"value": "gone"})
         transaction.set_rollback(True)
     assert values() == []
 
 
 def test_later_statements_of_the_block_go_through_the_cursor_in_the_same_transaction():
-    with transaction.atomic(), connection.cursor() as cursor:
-        libpq.opening_rows(connection, cursor, INSERT, {"value": "first"})
+    with transaction.atomic():
+        libpq.opening_rows(connection, INSERT, {"value": "first"})
         with sent() as messages:
-            (rows,) = libpq.opening_rows(connection, cursor, INSERT, {"value": "second"})
+            (rows,) = libpq.opening_rows(connection, INSERT, {"value": "second"})
         transaction.set_rollback(True)
     assert [kind for kind, _ in messages] == ["Query"]
     assert "BEGIN" not in messages[0][1]
@@ -94,10 +94,9 @@ def test_later_statements_of_the_block_go_through_the_cursor_in_the_same_transac
 
 
 def test_each_statement_of_the_string_gives_its_rows():
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic():
         first, second = libpq.opening_rows(
             connection,
-            cursor,
             "SELECT %(a)s::int; SELECT x FROM generate_series(1, %(n)s) AS x",
             {"a": 7, "n": 3},
         )
@@ -107,18 +106,18 @@ def test_each_statement_of_the_string_gives_its_rows():
 
 def test_a_failing_statement_raises_djangos_error_rolls_the_block_back_and_leaves_it_usable():
     with pytest.raises(ProgrammingError, match="no_such_table"):
-        with transaction.atomic(), connection.cursor() as cursor:
-            libpq.opening_rows(connection, cursor, "SELECT * FROM no_such_table", {})
+        with transaction.atomic():
+            libpq.opening_rows(connection, "SELECT * FROM no_such_table", {})
     assert connection.connection.pgconn.transaction_status == TransactionStatus.IDLE
-    with transaction.atomic(), connection.cursor() as cursor:
-        libpq.opening_rows(connection, cursor, INSERT, {"value": "after"})
+    with transaction.atomic():
+        libpq.opening_rows(connection, INSERT, {"value": "after"})
     assert values() == ["after"]
 
 
 def test_logged_queries_go_through_djangos_cursor_and_are_seen():
     with CaptureQueriesContext(connection) as captured:
-        with transaction.atomic(), connection.cursor() as cursor:
-            (rows,) = libpq.opening_rows(connection, cursor, INSERT, {"value": "logged"})
+        with transaction.atomic():
+            (rows,) = libpq.opening_rows(connection, INSERT, {"value": "logged"})
     assert [value for _, value in rows] == ["logged"]
     assert any("INSERT INTO libpq_probe" in query["sql"] for query in captured.captured_queries)
 
@@ -129,13 +128,28 @@ def test_an_isolation_level_of_psycopgs_own_keeps_psycopgs_begin():
     conn.isolation_level = psycopg.IsolationLevel.SERIALIZABLE  # psycopg's BEGIN says so
     try:
         with transaction.atomic(), connection.cursor() as cursor, sent() as messages:
-            libpq.opening_rows(connection, cursor, INSERT, {"value": "serializable"})
+            libpq.opening_rows(connection, INSERT, {"value": "serializable"})
             cursor.execute("SHOW transaction_isolation")
             assert cursor.fetchone()[0] == "serializable"
     finally:
         conn.isolation_level = None
     assert messages[0] == ("Query", ' "BEGIN ISOLATION LEVEL SERIALIZABLE"')
     assert values() == ["serializable"]
+
+
+def test_a_lazy_cursor_is_djangos_made_on_first_use_in_the_same_transaction_and_closed_after():
+    with transaction.atomic(), libpq.LazyCursor(connection) as unused:
+        libpq.opening_rows(connection, INSERT, {"value": "no cursor"})
+    assert unused._cursor is None  # a batch that needed none made none
+    with transaction.atomic(), libpq.LazyCursor(connection) as cursor:
+        libpq.opening_rows(connection, INSERT, {"value": "first"})
+        with CaptureQueriesContext(connection) as captured:
+            cursor.execute("INSERT INTO libpq_probe (value) VALUES (%s)", ["second"])
+        assert "INSERT INTO libpq_probe" in captured.captured_queries[0]["sql"]  # Django's
+        made = cursor._cursor
+        transaction.set_rollback(True)
+    assert made.closed
+    assert values() == ["no cursor"]  # the second block's rows rolled back together
 
 
 # -- statements bound once, their varying integers written in (opening_rows' varying) --------
@@ -148,8 +162,8 @@ PICK = (
 
 def bound_text(params: dict, varying=("low", "high")) -> str:
     """The query string opening_rows sends for PICK with ``params`` and ``varying``."""
-    with transaction.atomic(), connection.cursor() as cursor, sent() as messages:
-        (rows,) = libpq.opening_rows(connection, cursor, PICK, params, varying=varying)
+    with transaction.atomic(), sent() as messages:
+        (rows,) = libpq.opening_rows(connection, PICK, params, varying=varying)
     assert messages[0][1].startswith(' "BEGIN;')
     bound = messages[0][1]
     with connection.cursor() as cursor:  # what the cursor binds in full: the same rows
