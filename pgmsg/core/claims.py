@@ -35,7 +35,6 @@ import hashlib
 import logging
 import os
 import select
-import weakref
 from collections.abc import Iterable, Sequence
 
 import psycopg
@@ -120,20 +119,12 @@ def send_record(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int)
     if conn is None:
         return SentRecord(None)
     pgconn = conn.pgconn
-    if conn not in _prepared:  # planned once per connection, as psycopg would prepare it
-        pgconn.send_prepare(_RECORD_NAME, _RECORD_STATEMENT, param_types=_RECORD_TYPES)
-        _flush(pgconn)
-        _answer(conn)
-        _prepared.add(conn)
+    # Planned once per connection, as psycopg would prepare it.
+    name = libpq.prepared(conn, _RECORD_STATEMENT, param_types=_RECORD_TYPES)
     params = [kind.encode(), libpq.int8_array(list(ids)), b"%d" % xid, b"%d" % os.getpid()]
-    pgconn.send_query_prepared(_RECORD_NAME, params, param_formats=[0, 1, 0, 0])
+    pgconn.send_query_prepared(name, params, param_formats=[0, 1, 0, 0])
     _flush(pgconn)
     return SentRecord(conn)
-
-
-#: The side connections on which _RECORD_NAME is prepared (a new connection prepares it anew).
-_prepared: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
-_RECORD_NAME = b"pgmsg_record_claim"
 
 
 def _flush(pgconn: psycopg.pq.abc.PGconn) -> None:

@@ -65,7 +65,7 @@ def one_value(
             conn, lambda pgconn: pgconn.send_query_params(statement, params, param_formats=formats)
         )
     else:
-        name = _prepared(conn, statement)
+        name = prepared(conn, statement)
         results = _run(
             conn, lambda pgconn: pgconn.send_query_prepared(name, params, param_formats=formats)
         )
@@ -73,14 +73,17 @@ def one_value(
     return None if value is None else int(value)
 
 
-def _prepared(conn: psycopg.Connection, statement: bytes) -> bytes:
+def prepared(
+    conn: psycopg.Connection, statement: bytes, param_types: list[int] | None = None
+) -> bytes:
     """The name of ``statement`` prepared on ``conn``, preparing it there the first time (a
     prepared statement outlives a rolled-back transaction: the server keeps it until the
-    session ends or it is deallocated)."""
+    session ends or it is deallocated). ``param_types``: the parameters' type oids, where the
+    statement does not say them itself."""
     name = _statement_name(statement)
     names = _prepared_names.setdefault(conn, set())
     if name not in names:
-        _run(conn, lambda pgconn: pgconn.send_prepare(name, statement))
+        _run(conn, lambda pgconn: pgconn.send_prepare(name, statement, param_types=param_types))
         names.add(name)
     return name
 
@@ -90,7 +93,7 @@ def _statement_name(statement: bytes) -> bytes:
     return b"pgmsg_" + hashlib.blake2b(statement, digest_size=8).hexdigest().encode()
 
 
-#: The statements _prepared has prepared on each connection (a new connection prepares anew).
+#: The statements prepared() has prepared on each connection (a new connection prepares anew).
 _prepared_names: weakref.WeakKeyDictionary[psycopg.Connection, set[bytes]] = (
     weakref.WeakKeyDictionary()
 )
