@@ -16,7 +16,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q "django>=5.2,<5.3" "psycopg[binary]" django-pgpubsub django-pgtrigger procrastinate pgqueuer
 fi
-"$VENV/bin/pip" install -q -e "$REPO"
+# With the outbox extra: the bench settings declare the machine's brokers, which the system
+# checks of `listen` require the clients of.
+"$VENV/bin/pip" install -q -e "$REPO[outbox]"
 su postgres -c "psql -Atc \"select 1 from pg_roles where rolname='root'\"" | grep -q 1 || su postgres -c "createuser -s root"
 export PGMSG_REPO="$REPO" BENCH_RESULTS="$WORK/results/results.jsonl" BENCH_WORKDIR="$WORK/tmp"
 mkdir -p "$WORK/results" "$WORK/tmp"; : > "$BENCH_RESULTS"

@@ -35,6 +35,9 @@ class PgmsgAdapter(common.Adapter):
     def setup(self):
         common.recreate_db(DB)
         os.environ["DATABASE_URL"] = f"postgresql:///{DB}?host={common.PGHOST}"
+        # The settings' "logical" alias (the outbox's logical capture tests) is this database
+        # itself: otherwise they start a private embedded server, a package this venv lacks.
+        os.environ["PGMSG_LOGICAL_DATABASE_URL"] = os.environ["DATABASE_URL"]
         import django
 
         django.setup()
@@ -76,6 +79,7 @@ class PgmsgAdapter(common.Adapter):
         env = {
             "BENCH_CWD": REPO,
             "DATABASE_URL": os.environ["DATABASE_URL"],
+            "PGMSG_LOGICAL_DATABASE_URL": os.environ["DATABASE_URL"],
             "DJANGO_SETTINGS_MODULE": "bench.settings",
         }
         return [(argv, env) for _ in range(k)]
