@@ -244,9 +244,9 @@ def opening_rows(
     a connection whose cursors bind on the server, a pipeline), it is that cursor's own
     execute; where someone watches Django's cursor (watched), Django's cursor's execute.
 
-    ``varying``: the names of the parameters that change from call to call, all integers;
-    the statement is then bound once per connection and set of the other parameters' values,
-    and each call only writes its integers in (see _bound_once)."""
+    ``varying``: the names of the parameters that change from call to call, integers (or
+    None); the statement is then bound once per connection and set of the other parameters'
+    values, and each call only writes its integers in (see _bound_once)."""
     if watched(db):
         with db.cursor() as cursor:
             return _all_rows(cursor, query, params)
@@ -293,8 +293,9 @@ def _all_rows(cursor, query: str, params: dict[str, Any]) -> list[list[tuple]]:
 #: Integers bound in place of the varying parameters (_bound_once), then found in the text:
 #: 19 digits that no claim's own text holds (it is checked).
 _MARK = 7_239_562_148_031_000_000
-#: Most statements _bound_once keeps per connection (a worker's sources use a few).
-_BOUND_KEPT = 32
+#: Most statements _bound_once keeps per connection: a worker's sources use one or two each
+#: (a subscription partition's read: with its horizon, and without).
+_BOUND_KEPT = 128
 
 
 def _bound_once(
@@ -306,6 +307,9 @@ def _bound_once(
     channels' array), the ``varying`` integers written in on each call, as psycopg writes an
     integer (a space before a negative one, so that no operator runs into its sign)."""
     encoding = db.connection.info.encoding
+    # A varying parameter that is None this time is bound as NULL with the fixed ones (a
+    # statement kept apart from the one its integers are written into).
+    varying = tuple(name for name in varying if params[name] is not None)
     if any(type(params[name]) is not int for name in varying):
         return raw_cursor.mogrify(query, params).encode(encoding)
     kept = db.__dict__.get("_pgmsg_bound")

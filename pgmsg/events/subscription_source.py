@@ -345,7 +345,8 @@ class SubscriptionSource:
         # The read opens the partition's transaction (its BEGIN in the same round trip).
         params = read_parameters(self.sub, partition, xmin, limit, floor)
         try:
-            (rows,) = libpq.opening_rows(connection, self._read_query, params)
+            # Bound once per partition and floor; the horizon is written in (or NULL).
+            (rows,) = libpq.opening_rows(connection, self._read_query, params, varying=("xmin",))
         except (DatabaseError, psycopg.Error) as exc:
             if psycopg.errors.UndefinedFunction in (type(exc), type(exc.__cause__)):
                 # Made outside the migrations, the read function can be dropped under a
@@ -399,7 +400,7 @@ def read_parameters(
     return {
         "subscription": sub.name,
         "partition": partition,
-        "xmin": None if xmin is None else str(xmin),
+        "xmin": xmin,
         "category": sub.category,
         "types": sub.types,
         "limit": limit,

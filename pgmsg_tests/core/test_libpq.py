@@ -196,6 +196,21 @@ def test_a_varying_value_that_is_not_an_integer_is_bound_as_it_is():
     assert "x >= '2' AND x<2.5" in text
 
 
+def test_a_varying_value_that_is_none_is_bound_as_null_apart_from_the_integers():
+    names = ["a", "b", "c"]
+    with_null = {"names": names, "low": None, "high": 3, "skip": ""}
+    with connection.cursor() as cursor:
+        expected = cursor.cursor.mogrify(PICK, with_null)
+    assert bound_text(with_null) == f' "BEGIN;\n{expected}"'  # no rows: x >= NULL
+    kept = connection.__dict__["_pgmsg_bound"][1]
+    assert any(("low", type(None), None) in key for key in kept)  # kept, the NULL in its key
+    # The statement bound with the NULL does not stand in for the one with an integer there,
+    # nor the other way round, in either order.
+    assert "x >= 2 AND x<3" in bound_text({**with_null, "low": 2})
+    assert "x >= NULL AND x<3" in bound_text(with_null)
+    assert "x >= 1 AND x<3" in bound_text({**with_null, "low": 1})
+
+
 def test_statements_bound_once_are_forgotten_with_their_connection():
     bound_text({"names": ["a"], "low": 1, "high": 2, "skip": ""})
     kept = connection.__dict__["_pgmsg_bound"]
