@@ -30,6 +30,8 @@ SCRIPTS = [
     ("wakeups", ["--seconds", "3", "--reps", "3"]),
     ("drain", ["--n", "50000", "--reps", "3"]),
     ("drain", ["--growth-only", "--reps", "1", "--big", "1000000", "--small", "10000"]),
+    # The one-process drain while as many spinning processes as cores keep the machine busy.
+    ("drain", ["--busy-only", "--busy", str(os.cpu_count() or 2), "--n", "50000", "--reps", "5"]),
     ("notifications", []),
     ("events", []),
     ("inbox", []),

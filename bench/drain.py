@@ -5,10 +5,13 @@ Worker (until idle, a listener that only counts) from its first claim to the emp
 in the same run, the raw ceiling: psycopg `DELETE ... WHERE id IN (SELECT ... FOR UPDATE SKIP
 LOCKED LIMIT 100) RETURNING` per transaction on a table of the same N rows, `json.loads` on
 each payload. Also two `listen` processes draining the same backlog, and the claim rate as the
-table grows: a backlog of --big rows next to a backlog of --small rows. Each measurement
-runs --reps times (min / median / max).
+table grows: a backlog of --big rows next to a backlog of --small rows. With --busy K, the
+one-process lines again (raw and pgmsg) while K other processes keep the machine's cores busy
+(each a plain Python loop, started before and stopped after each timed drain): the worker then
+gets a share of a CPU, not a CPU, and each of its waits on a server process costs a turn in
+the scheduler's queue. Each measurement runs --reps times (min / median / max).
 
-    python bench/drain.py [--n 50000] [--reps 3] [--big 0]
+    python bench/drain.py [--n 50000] [--reps 3] [--big 0] [--busy 0]
 
 Uses DATABASE_URL's server (or the embedded default) and a scratch database that it drops
 and re-creates.
@@ -145,6 +148,26 @@ def timed_pgmsg_processes(url: str, n: int, workers: int) -> float:
     return n / (max(handled_at for _, _, handled_at in lines) - committed)
 
 
+def spin() -> None:
+    """Keep one CPU busy until terminated (the --busy load)."""
+    while True:
+        pass
+
+
+def while_busy(load: int, timed, *args) -> float:
+    """``timed(*args)`` while ``load`` spinning processes compete for the cores."""
+    spinners = [multiprocessing.Process(target=spin, daemon=True) for _ in range(load)]
+    for p in spinners:
+        p.start()
+    try:
+        return timed(*args)
+    finally:
+        for p in spinners:
+            p.terminate()
+        for p in spinners:
+            p.join()
+
+
 def growth(url: str, n: int, big: int) -> tuple[float, float]:
     """Drain rate of a `big` backlog (the dead tuples a delete-based queue leaves at its head
     pile up as it drains), and of an `n` backlog, by the same in-process worker."""
@@ -158,6 +181,10 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=0, help="backlog for the growth line (0: off)")
     parser.add_argument("--small", type=int, default=10_000, help="the growth line's reference")
     parser.add_argument("--growth-only", action="store_true", help="only the growth line")
+    parser.add_argument(
+        "--busy", type=int, default=0, help="spinning processes for the busy-machine lines (0: off)"
+    )
+    parser.add_argument("--busy-only", action="store_true", help="only the busy-machine lines")
     args = parser.parse_args()
 
     url = common.scratch_url(SCRATCH_DB)
@@ -173,7 +200,7 @@ def main() -> None:
     common.django_setup(url, "bench.settings")
     os.environ.setdefault("BENCH_HANDLED_DIR", tempfile.mkdtemp())
     raw1, raw2, one, two, ratio1, ratio2 = [], [], [], [], [], []
-    for _ in range(0 if args.growth_only else args.reps):
+    for _ in range(0 if args.growth_only or args.busy_only else args.reps):
         raw1.append(timed_raw(url, args.n))
         one.append(timed_pgmsg(url, args.n))
         ratio1.append(one[-1] / raw1[-1])
@@ -181,7 +208,7 @@ def main() -> None:
         two.append(timed_pgmsg_processes(url, args.n, 2))
         ratio2.append(two[-1] / raw2[-1])
     print(f"\n{'measurement':<62} {'msg/s (min med max)':>29}  ratio to raw")
-    if not args.growth_only:
+    if raw1:
         print(f"{'raw psycopg worker, 1 process, LIMIT 100':<62} {spread(raw1)}")
         print(f"{'pgmsg Worker, 1 process, batch 100':<62} {spread(one)}  {spread(ratio1, '.2f')}")
         print(f"{'raw psycopg worker, 2 processes':<62} {spread(raw2)}")
@@ -190,6 +217,23 @@ def main() -> None:
         n = args.n
         summary.record(f"drain a prefilled backlog of {n:,}, 1 process", med(one), med(raw1))
         summary.record(f"drain a prefilled backlog of {n:,}, 2 processes", med(two), med(raw2))
+    if args.busy:
+        busy_raw, busy_one, busy_ratio = [], [], []
+        for _ in range(args.reps):
+            busy_raw.append(while_busy(args.busy, timed_raw, url, args.n))
+            busy_one.append(while_busy(args.busy, timed_pgmsg, url, args.n))
+            busy_ratio.append(busy_one[-1] / busy_raw[-1])
+        load = f"{args.busy} spinning processes"
+        print(f"{f'raw psycopg worker, 1 process, {load}':<62} {spread(busy_raw)}")
+        print(
+            f"{f'pgmsg Worker, 1 process, {load}':<62} {spread(busy_one)}  "
+            f"{spread(busy_ratio, '.2f')}"
+        )
+        summary.record(
+            f"drain a prefilled backlog of {args.n:,}, 1 process, machine busy ({load})",
+            statistics.median(busy_one),
+            statistics.median(busy_raw),
+        )
     if args.big:
         big_rates, small_rates, ratios = [], [], []
         for _ in range(args.reps):
