@@ -60,6 +60,24 @@ def test_the_answer_counts_the_crashes_of_batches_that_died(worker):
     assert claims.record_and_count(worker, "other", [12], died + 1_000_000) == {}
 
 
+def test_a_catch_up_batch_is_recorded_uncompressed_and_counted(worker):
+    # A subscription's batch of 1,000 events names 1,000 ids (8 KB): PostgreSQL's default
+    # storage would spend most of the record's server time compressing it (migration 0025).
+    ids = claims.number_keys("test-catch-up", range(5_000, 7_000))
+    died = aborted_transaction_id()
+    assert claims.record_and_count(worker, "event", ids, died) == {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT cardinality(ids), pg_column_compression(ids), pg_column_size(ids) "
+            "FROM pgmsg_claim WHERE transaction_id = %s",
+            [died],
+        )
+        # As sent: 2,000 x 8 bytes and a 20-byte header, not compressed.
+        assert cursor.fetchall() == [(2_000, None, 16_020)]
+    again = claims.record_and_count(worker, "event", ids[1_000:], aborted_transaction_id())
+    assert again == dict.fromkeys(ids[1_000:], 1)
+
+
 def test_an_error_is_raised_as_psycopg_raises_it_and_the_connection_stays_usable(worker):
     record = claims.send_record(worker, "k" * 30, [1], 1)  # pgmsg_claim.kind: varchar(20)
     with pytest.raises(psycopg.errors.StringDataRightTruncation):
