@@ -7,6 +7,11 @@ records the ids it claimed and the claiming transaction's id in ``pgmsg_claim``,
 autocommit connection (one statement per batch, committed asynchronously: a worker process
 that dies does not lose it; a server crash may, which only forgets a crash).
 
+Each worker keeps one row for its records: a record replaces the worker's last one when that
+batch committed (garbage then), and adds a row when it died, so the table holds about one row
+per running worker plus the claims of batches that died (claims.sql says why it matters);
+committed rows of stopped workers go when a worker connects (``delete_garbage``).
+
 A claim whose transaction shows as *aborted* in ``pg_xact_status`` is a batch that died:
 every id in it is a *suspect* with one crash. Recording a batch returns the crashes of the rows
 it holds (one scan of this small table per batch); a batch that holds suspects runs only its
@@ -98,10 +103,12 @@ def record_and_count(
         return record.crashes()
 
 
-#: record_and_count as libpq takes it: $1 kind, $2 ids (binary int8[]), $3 xid, $4 pid.
-_RECORD_STATEMENT = sql.numbered(QUERIES["record_and_count"], ["kind", "ids", "xid", "pid"])
+#: record_and_count as libpq takes it: $1 kind, $2 ids (binary int8[]), $3 xid, $4 pid,
+#: $5 the worker's row (NULL before its first record).
+_RECORD_STATEMENT = sql.numbered(QUERIES["record_and_count"], ["kind", "ids", "xid", "pid", "row"])
+_INT8 = psycopg.postgres.types["int8"].oid
 _RECORD_TYPES = [psycopg.postgres.types["text"].oid, _IdsDumper.oid]
-_RECORD_TYPES += [psycopg.postgres.types["int8"].oid, psycopg.postgres.types["int4"].oid]
+_RECORD_TYPES += [_INT8, psycopg.postgres.types["int4"].oid, _INT8]
 
 
 def send_record(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int) -> SentRecord:
@@ -117,14 +124,16 @@ def send_record(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int)
     conn = worker.side_connection()
     worker.last_claim = xid
     if conn is None:
-        return SentRecord(None)
+        return SentRecord(None, worker)
     pgconn = conn.pgconn
     # Planned once per connection, as psycopg would prepare it.
     name = libpq.prepared(conn, _RECORD_STATEMENT, param_types=_RECORD_TYPES)
+    row = worker.claim_row
     params = [kind.encode(), libpq.int8_array(list(ids)), b"%d" % xid, b"%d" % os.getpid()]
-    pgconn.send_query_prepared(name, params, param_formats=[0, 1, 0, 0])
+    params.append(None if row is None else b"%d" % row)
+    pgconn.send_query_prepared(name, params, param_formats=[0, 1, 0, 0, 0])
     _flush(pgconn)
-    return SentRecord(conn)
+    return SentRecord(conn, worker)
 
 
 def _flush(pgconn: psycopg.pq.abc.PGconn) -> None:
@@ -135,15 +144,18 @@ def _flush(pgconn: psycopg.pq.abc.PGconn) -> None:
 class SentRecord:
     """A claim record on its way (send_record)."""
 
-    def __init__(self, conn: psycopg.Connection | None) -> None:
+    def __init__(self, conn: psycopg.Connection | None, worker: sources.Worker) -> None:
         self._conn = conn
+        self._worker = worker
 
     def crashes(self) -> dict[int, int]:
         """Wait for the record's answer: the crashes of the recorded ids that have any."""
         conn, self._conn = self._conn, None
         if conn is None:
             return {}
-        return dict(_answer(conn))
+        row, crashes = _answer(conn)
+        self._worker.claim_row = row  # the next record replaces this one
+        return crashes
 
     def __enter__(self) -> SentRecord:
         return self
@@ -156,10 +168,11 @@ class SentRecord:
                 pass  # the error on the way is the one that counts
 
 
-def _answer(conn: psycopg.Connection) -> list[tuple[int, int]]:
-    """The rows of the statement sent on ``conn`` by send_record, once it has ended; its error
-    raised as psycopg raises it. Notifications that arrive meanwhile (the side connection
-    also LISTENs) are handed to psycopg, as its own calls do, for the worker's next wait."""
+def _answer(conn: psycopg.Connection) -> tuple[int, dict[int, int]]:
+    """The answer of the statement sent on ``conn`` by send_record, once it has ended (the
+    record's row, the crashes of its ids that have any); its error raised as psycopg raises
+    it. Notifications that arrive meanwhile (the side connection also LISTENs) are handed to
+    psycopg, as its own calls do, for the worker's next wait."""
     pgconn = conn.pgconn
     results = []
     while True:
@@ -185,15 +198,22 @@ def _pass_on_notifications(pgconn: psycopg.pq.abc.PGconn) -> None:
             pgconn.notify_handler(notify)
 
 
-def _rows(conn: psycopg.Connection, results: list) -> list[tuple[int, int]]:
+def _rows(conn: psycopg.Connection, results: list) -> tuple[int, dict[int, int]]:
     for result in results:
         if result.status not in _SUCCESS:
             raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
-    return [
-        (int(result.get_value(i, 0)), int(result.get_value(i, 1)))
-        for result in results
+    (result,) = results
+    crashes = {
+        int(result.get_value(i, 1)): int(result.get_value(i, 2))
         for i in range(result.ntuples)
-    ]
+        if result.get_value(i, 1) is not None
+    }
+    return int(result.get_value(0, 0)), crashes
+
+
+def delete_garbage(conn: psycopg.Connection) -> None:
+    """Delete the records of batches that committed (a worker's side connection, connecting)."""
+    conn.execute(QUERIES["delete_garbage"])
 
 
 def narrow(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int) -> None:

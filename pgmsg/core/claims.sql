@@ -11,22 +11,43 @@ DELETE FROM pgmsg_claim WHERE id IN (SELECT id FROM trimmed WHERE ids = '{}');
 
 -- name: record_and_count
 -- Before a batch's handlers run, on the worker's autocommit connection: the ids the batch
--- transaction claimed, and that transaction's id; returns, for the ids recorded, how many
--- claims of batches that died held each (ids without crashes absent). Claims of committed
--- (or forgotten) batches are deleted on the way: the table holds about one row per running
--- worker, plus the claims of batches that died.
-WITH garbage AS (
-    DELETE FROM pgmsg_claim
-    WHERE coalesce(pg_xact_status(transaction_id::text::xid8), 'committed') = 'committed'
-), recorded AS (
+-- transaction claimed, and that transaction's id. Each worker keeps one row for its records
+-- (%(row)s: the row of its last record, NULL before the first): a record replaces the last
+-- one where that one's batch committed (then it is garbage), so that the table stays a few
+-- rows on a few pages (an UPDATE that changes no indexed column is a heap-only update, which
+-- the page's pruning reclaims as it goes). A new row is added where there is none, or where
+-- the last batch died (its row is the record of a crash, kept). An INSERT and a DELETE per
+-- batch instead left a dead row per batch: every record's scan of the table read them all
+-- until vacuum came, and without autovacuum for good.
+-- Returns the record's row, with each recorded id that claims of batches that died held and
+-- how many held it (one row of NULLs beside the record's row when none did).
+WITH reused AS (
+    UPDATE pgmsg_claim
+    SET kind = %(kind)s, ids = %(ids)b::bigint[], transaction_id = %(xid)s, pid = %(pid)s,
+        claimed_at = now()
+    WHERE id = %(row)s
+      AND coalesce(pg_xact_status(transaction_id::text::xid8), 'committed') = 'committed'
+    RETURNING id
+), added AS (
     INSERT INTO pgmsg_claim (kind, ids, transaction_id, pid)
-    VALUES (%(kind)s, %(ids)b::bigint[], %(xid)s, %(pid)s)
+    SELECT %(kind)s, %(ids)b::bigint[], %(xid)s, %(pid)s
+    WHERE NOT EXISTS (SELECT FROM reused)
+    RETURNING id
 )
-SELECT c.id, count(*)::int
-FROM pgmsg_claim AS k CROSS JOIN LATERAL unnest(k.ids) AS c(id)
-WHERE k.kind = %(kind)s AND c.id = ANY(%(ids)b::bigint[])
-  AND pg_xact_status(k.transaction_id::text::xid8) = 'aborted'
-GROUP BY c.id;
+SELECT (SELECT id FROM reused UNION ALL SELECT id FROM added), crashed.id, crashed.crashes
+FROM (SELECT) AS one LEFT JOIN (
+    SELECT c.id, count(*)::int AS crashes
+    FROM pgmsg_claim AS k CROSS JOIN LATERAL unnest(k.ids) AS c(id)
+    WHERE k.kind = %(kind)s AND c.id = ANY(%(ids)b::bigint[])
+      AND pg_xact_status(k.transaction_id::text::xid8) = 'aborted'
+    GROUP BY c.id
+) AS crashed ON true;
+
+-- name: delete_garbage
+-- When a worker connects: delete the records of batches that committed (rows of workers that
+-- have stopped; a running worker whose row goes adds a new one with its next record).
+DELETE FROM pgmsg_claim
+WHERE coalesce(pg_xact_status(transaction_id::text::xid8), 'committed') = 'committed';
 
 -- name: narrow
 -- The batch runs fewer rows than recorded (a suspect alone): only those count if it dies.

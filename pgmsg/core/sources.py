@@ -28,6 +28,9 @@ class Worker(Protocol):
     handled: int
     #: The transaction id of the last batch whose claim was recorded (pgmsg/core/claims.py).
     last_claim: int | None
+    #: The pgmsg_claim row of the worker's last record, which its next record replaces when
+    #: that batch committed (None before its first record).
+    claim_row: int | None
     #: Every source the worker serves, in the order it serves them.
     sources: list
     #: Counts of committed batches not yet in pgmsg_throughput (core/throughput.py), or None:

@@ -114,6 +114,8 @@ class Worker:
         self.careful = False
         #: The transaction id of the last batch whose claim was recorded (core/claims.py).
         self.last_claim: int | None = None
+        #: The pgmsg_claim row of the last record, replaced by the next one (core/claims.py).
+        self.claim_row: int | None = None
         self.handled = 0
         #: Counts of committed batches for pgmsg_throughput, written about once a second
         #: (None: each batch writes its own, in its transaction; see core/throughput.py).
@@ -314,6 +316,7 @@ class Worker:
         # lose them, only a server crash could, which would forget a crash count at worst.
         conn.execute("SET synchronous_commit = off")
         conn.execute(QUERIES["configure_session"], session_settings())
+        claims.delete_garbage(conn)  # records of stopped workers' committed batches
         for name in [wake.WAKE_CHANNEL, *sorted(self._notify_routes)]:
             conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(name)))
         self._listen_conn = conn

@@ -32,6 +32,14 @@ def aborted_transaction_id() -> int:
     return xid
 
 
+def committed_transaction_ids(count: int) -> list[int]:
+    with psycopg.connect(database_url(connection.settings_dict), autocommit=True) as conn:
+        return [
+            conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0]
+            for _ in range(count)  # in autocommit each SELECT that assigns an id commits
+        ]
+
+
 def claim_rows(xid: int) -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT kind, ids FROM pgmsg_claim WHERE transaction_id = %s", [xid])
@@ -107,3 +115,43 @@ def test_a_notification_that_arrives_with_the_answer_reaches_the_next_wait(worke
         assert record.crashes() == {}
     got = [n.payload for n in side.notifies(timeout=2, stop_after=1)]
     assert got == ["wake-up while recording"]
+
+
+def test_a_worker_replaces_its_record_while_its_batches_commit_and_keeps_those_that_died(worker):
+    # One row per worker, updated in place: an INSERT and a DELETE per batch left a dead row
+    # per batch, which every later record scanned until vacuum (never, without autovacuum).
+    for n, xid in enumerate(committed_transaction_ids(600)):
+        assert claims.record_and_count(worker, "test", list(range(n, n + 20)), xid) == {}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT ids FROM pgmsg_claim")
+        assert cursor.fetchall() == [(list(range(599, 619)),)]
+        cursor.execute(
+            "SELECT pg_relation_size('pgmsg_claim') / current_setting('block_size')::int"
+        )
+        assert cursor.fetchone()[0] <= 2  # the updates' old versions pruned as the page fills
+
+    died = aborted_transaction_id()
+    assert claims.record_and_count(worker, "test", [7, 8], died) == {}
+    [after] = committed_transaction_ids(1)
+    assert claims.record_and_count(worker, "test", [8, 9], after) == {8: 1}  # a row of its own
+    assert claim_rows(died) == [("test", [7, 8])]
+    assert claim_rows(after) == [("test", [8, 9])]
+
+
+def test_a_connecting_worker_deletes_the_records_of_committed_batches_only(worker):
+    [committed] = committed_transaction_ids(1)
+    died = aborted_transaction_id()
+    with connection.cursor() as cursor:
+        for xid in (committed, died):
+            cursor.execute(
+                "INSERT INTO pgmsg_claim (kind, ids, transaction_id, pid) "
+                "VALUES ('test', '{1}', %s, 1)",
+                [xid],
+            )
+    other = Worker(channel_names=["test.work"], install_signal_handlers=False)
+    other._connect_listener()
+    try:
+        assert claim_rows(committed) == []
+        assert claim_rows(died) == [("test", [1])]
+    finally:
+        other._close()
