@@ -151,8 +151,13 @@ class InboxMessage(models.Model):
                 # Only when a message is done with (processed or discarded): pending and dead
                 # rows keep their receipt transaction id, which the ordered claim sorts by (a
                 # failed, dead or replayed head must stay ahead of the messages behind it).
+                # Not when the update stamps it itself (the worker's ack, inbox.sql): the
+                # cheap tests come first, the row comparison last (a WHEN's ANDed conditions
+                # are evaluated in order and stop at the first false one).
                 condition=pgtrigger.Condition(
-                    "OLD.* IS DISTINCT FROM NEW.* AND NEW.status IN ('processed', 'discarded')"
+                    "NEW.status IN ('processed', 'discarded') "
+                    "AND NEW.transaction_id IS DISTINCT FROM pg_current_xact_id() "
+                    "AND OLD.* IS DISTINCT FROM NEW.*"
                 ),
                 func="NEW.transaction_id := pg_current_xact_id(); RETURN NEW;",
             ),

@@ -42,6 +42,36 @@ def test_handlers_get_the_message_and_commit_with_the_processed_mark():
     assert (row.status, row.attempts) == ("processed", 0) and row.processed_at
 
 
+def versions(*message_ids: str) -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT transaction_id::text::bigint FROM pgmsg_inbox_message "
+            "WHERE message_id = ANY(%s) ORDER BY message_id",
+            [list(message_ids)],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_a_message_done_with_carries_the_version_of_the_transaction_that_settled_it():
+    # The export takes processed and discarded rows anew by this version: the worker's ack
+    # stamps it itself, and the row trigger stamps any other update (a discard, by hand).
+    for key in ("v-1", "v-2"):
+        pgmsg.receive("test.inbox", key, type="work", payload={})
+    received = versions("v-1", "v-2")
+    assert drain().handled == 2
+    processed = versions("v-1", "v-2")
+    assert processed[0] == processed[1] > max(received)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_current_xact_id()::text::bigint")  # autocommit: ended
+        before = cursor.fetchone()[0]
+        cursor.execute(
+            "UPDATE pgmsg_inbox_message SET status = 'discarded', last_error = 'by hand' "
+            "WHERE message_id = 'v-2' RETURNING transaction_id::text::bigint"
+        )
+        assert cursor.fetchone()[0] > before
+    assert versions("v-1")[0] == processed[0]
+
+
 def test_priority_map_lower_first_unmapped_last_then_arrival_order():
     kinds = ["low", "normal", "urgent", "work", "normal", "urgent", "low"]
     for i, kind in enumerate(kinds):
