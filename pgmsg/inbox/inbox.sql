@@ -28,6 +28,9 @@ ORDER BY hashtext(%(inbox)s || ':' || m.message_id) & 1023, m.message_id, m.n
 RETURNING message_id, id;
 
 -- name: claim_unordered
+-- The claims return received_at as microseconds since the epoch: parsing the timestamp's text
+-- into a datetime took about 7 us of the worker's 18 to 22 a message (source.py turns the
+-- number into a datetime in a tenth of that).
 -- Lock up to %(limit)s due pending messages (with this transaction's id, for the batch's
 -- claim record), lowest priority number first (the inbox's map
 -- passed as two arrays; unmapped types last), then arrival order. Rows locked by another worker
@@ -35,7 +38,7 @@ RETURNING message_id, id;
 -- (the message id when there is none). %(null_aggregate_only)s: ordered inboxes handle
 -- messages without an aggregate here.
 SELECT m.id, m.message_id, m.type, m.source, m.aggregate_id, m.payload::text, m.trace_id,
-       m.attempts, m.received_at, pg_current_xact_id()::text::bigint
+       m.attempts, (extract(epoch FROM m.received_at) * 1000000)::bigint, pg_current_xact_id()::text::bigint
 FROM pgmsg_inbox_message AS m
 LEFT JOIN unnest(%(types)s::text[], %(priorities)s::int[]) AS p(type, priority)
        ON p.type = m.type
@@ -52,7 +55,7 @@ FOR UPDATE OF m SKIP LOCKED;
 -- claim_unordered for an inbox without a priority map: arrival order straight off the
 -- pgmsg_inbox_pending index, without sorting every pending message.
 SELECT m.id, m.message_id, m.type, m.source, m.aggregate_id, m.payload::text, m.trace_id,
-       m.attempts, m.received_at, pg_current_xact_id()::text::bigint
+       m.attempts, (extract(epoch FROM m.received_at) * 1000000)::bigint, pg_current_xact_id()::text::bigint
 FROM pgmsg_inbox_message AS m
 WHERE m.inbox = %(inbox)s AND m.status = 'pending' AND m.available_at <= now()
   AND (NOT %(null_aggregate_only)s OR m.aggregate_id IS NULL)
@@ -114,7 +117,7 @@ LIMIT %(limit)s;
 -- the advisory locks were taken, so a previous holder's commit is visible, and after the
 -- horizon, so every message below it is visible.
 SELECT m.id, m.message_id, m.type, m.source, m.aggregate_id, m.payload::text, m.trace_id,
-       m.attempts, m.received_at, m.status,
+       m.attempts, (extract(epoch FROM m.received_at) * 1000000)::bigint, m.status,
        m.available_at <= now() AND m.transaction_id < %(horizon)s::text::xid8,
        pg_current_xact_id()::text::bigint
 FROM unnest(%(aggregates)s::text[]) AS a(aggregate_id)

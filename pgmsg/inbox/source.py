@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import math
 import time
 from typing import Any
 
+from django.conf import settings
 from django.db import connections, transaction
+from django.utils import timezone
 
 from pgmsg.core import batch, claims, conf, errors, horizon, libpq, payloads, sources, sql
 from pgmsg.core.sources import Worker
@@ -18,8 +21,13 @@ QUERIES = sql.load(__package__, "inbox.sql")
 
 
 def message_from_row(inbox_name: str, row: tuple) -> inbox.InboxMessage:
-    """An InboxMessage from a claim row (the columns every claim query returns, in order)."""
-    id_, message_id, type_, source, aggregate_id, text, trace_id, attempts, received_at = row
+    """An InboxMessage from a claim row (the columns every claim query returns, in order;
+    received_at as microseconds since the epoch, as the event store reads its times)."""
+    id_, message_id, type_, source, aggregate_id, text, trace_id, attempts, received_us = row
+    # Exact to the microsecond (see RecordedEvent.from_rows); naive where Django is.
+    received_at = dt.datetime.fromtimestamp(received_us / 1e6, dt.UTC)
+    if not settings.USE_TZ:
+        received_at = timezone.make_naive(received_at)
     return inbox.InboxMessage(
         id=id_,
         inbox=inbox_name,

@@ -31,15 +31,30 @@ def test_handlers_get_the_message_and_commit_with_the_processed_mark():
     )
     assert drain().handled == 1
     effect = Effect.objects.get(key="h-1")
+    row = status_of("h-1")
     assert effect.data == {
         "aggregate": "a1",
         "attempts": 0,
         "trace_id": "trace",
         "source": "svc",
         "payload": {"k": [1, "two"]},
+        # The receipt time as stored, to the microsecond, aware (USE_TZ).
+        "received_at": row.received_at.isoformat(),
     }
-    row = status_of("h-1")
+    assert row.received_at.tzinfo is not None and row.received_at.microsecond
     assert (row.status, row.attempts) == ("processed", 0) and row.processed_at
+
+
+def test_without_use_tz_the_receipt_time_is_naive_local_time_as_django_reads_it(settings):
+    settings.USE_TZ = False
+    settings.TIME_ZONE = "Europe/Paris"
+    pgmsg.receive("test.inbox", "tz-1", type="work", payload={})
+    assert drain().handled == 1
+    with connection.cursor() as cursor:  # Django's own reading of the column, for comparison
+        cursor.execute("SELECT received_at FROM pgmsg_inbox_message WHERE message_id = 'tz-1'")
+        stored = cursor.fetchone()[0]
+    assert stored.tzinfo is None
+    assert Effect.objects.get(key="tz-1").data["received_at"] == stored.isoformat()
 
 
 def versions(*message_ids: str) -> list[int]:

@@ -51,6 +51,7 @@ def record(message: pgmsg.InboxMessage) -> None:
             "trace_id": message.trace_id,
             "source": message.source,
             "payload": message.payload,
+            "received_at": message.received_at.isoformat(),
         },
         worker_pid=os.getpid(),
     )
