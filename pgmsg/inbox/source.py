@@ -20,13 +20,14 @@ from pgmsg.inbox import operations, retention
 QUERIES = sql.load(__package__, "inbox.sql")
 
 
-def message_from_row(inbox_name: str, row: tuple) -> inbox.InboxMessage:
+def message_from_row(inbox_name: str, row: tuple, *, naive: bool) -> inbox.InboxMessage:
     """An InboxMessage from a claim row (the columns every claim query returns, in order;
-    received_at as microseconds since the epoch, as the event store reads its times)."""
+    received_at as microseconds since the epoch, as the event store reads its times).
+    ``naive``: not settings.USE_TZ (read once per batch: Django's settings are a lazy object)."""
     id_, message_id, type_, source, aggregate_id, text, trace_id, attempts, received_us = row
     # Exact to the microsecond (see RecordedEvent.from_rows); naive where Django is.
     received_at = dt.datetime.fromtimestamp(received_us / 1e6, dt.UTC)
-    if not settings.USE_TZ:
+    if naive:
         received_at = timezone.make_naive(received_at)
     return inbox.InboxMessage(
         id=id_,
@@ -93,7 +94,8 @@ class InboxSource:
                     {**params, "limit": room, "null_aggregate_only": self.inbox.ordered},
                 )
                 claimed += len(rows)
-                unordered = [message_from_row(self.inbox.name, r[:-1]) for r in rows]
+                naive = not settings.USE_TZ
+                unordered = [message_from_row(self.inbox.name, r[:-1], naive=naive) for r in rows]
                 xid = rows[0][-1] if rows else xid
             verdicts, suspect = [], None
             if (ordered or unordered) and own_transaction:
@@ -178,8 +180,9 @@ class InboxSource:
         rows = cursor.fetchall()
         # Per aggregate, what may run now: the messages before the first dead or backing-off one.
         runnable, stopped, fetched = [], set(), {}
+        naive = not settings.USE_TZ
         for *row, status, due, _xid in rows:
-            message = message_from_row(self.inbox.name, row)
+            message = message_from_row(self.inbox.name, row, naive=naive)
             aggregate = message.aggregate_id
             fetched[aggregate] = fetched.get(aggregate, 0) + 1
             if aggregate in stopped or status != "pending" or not due:
