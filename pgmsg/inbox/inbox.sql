@@ -136,9 +136,12 @@ FOR UPDATE OF m;
 -- itself (what the row trigger pgmsg_inbox_version does for other updates, whose WHEN then
 -- skips these rows before comparing them column by column: the trigger call and the
 -- comparison took about a third of the server's time per message; docs/inbox.md).
+-- %(oldest)s and %(newest)s: the receipt times of the batch's rows (the partition key, as
+-- literals): the server plans and scans only the weeks between them, not every partition of
+-- the table (id alone names no partition).
 UPDATE pgmsg_inbox_message
 SET status = 'processed', processed_at = now(), transaction_id = pg_current_xact_id()
-WHERE id = ANY(%(ids)s);
+WHERE id = ANY(%(ids)s) AND received_at BETWEEN %(oldest)s AND %(newest)s;
 
 -- name: fail
 -- Failed: count the attempt, keep the error, and either schedule the retry or make it dead.

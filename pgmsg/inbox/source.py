@@ -20,6 +20,12 @@ from pgmsg.inbox import operations, retention
 QUERIES = sql.load(__package__, "inbox.sql")
 
 
+#: In a claim row: received_at, as microseconds since the epoch.
+RECEIVED_US = 8
+#: What those microseconds count from (exact arithmetic, where fromtimestamp rounds a float).
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
 def message_from_row(inbox_name: str, row: tuple, *, naive: bool) -> inbox.InboxMessage:
     """An InboxMessage from a claim row (the columns every claim query returns, in order;
     received_at as microseconds since the epoch, as the event store reads its times).
@@ -79,8 +85,9 @@ class InboxSource:
         outcome: batch.BatchResult[inbox.InboxMessage] = batch.BatchResult()
         with transaction.atomic(using=db), libpq.LazyCursor(connections[db]) as cursor:
             ordered, unordered, claimed, more, xid = [], [], 0, False, None
+            received: list[int] = []  # the claimed rows' receipt times, for the ack (_settle)
             if self.inbox.ordered:
-                ordered, claimed, more, xid = self._claim_ordered(worker, cursor, params)
+                ordered, claimed, more, xid = self._claim_ordered(worker, cursor, params, received)
             # Messages without an aggregate id (in an ordered inbox too) have no order to keep;
             # a quarter batch is kept for them so that a backlog of aggregates cannot starve them.
             room = max(worker.batch_size - claimed, math.ceil(worker.batch_size / 4))
@@ -94,6 +101,7 @@ class InboxSource:
                     {**params, "limit": room, "null_aggregate_only": self.inbox.ordered},
                 )
                 claimed += len(rows)
+                received += [r[RECEIVED_US] for r in rows]
                 naive = not settings.USE_TZ
                 unordered = [message_from_row(self.inbox.name, r[:-1], naive=naive) for r in rows]
                 xid = rows[0][-1] if rows else xid
@@ -106,7 +114,7 @@ class InboxSource:
             self._run(worker, ordered, outcome, group=lambda message: message.aggregate_id)
             if not worker.stopping:
                 self._run(worker, unordered, outcome)
-            self._settle(cursor, outcome, verdicts)
+            self._settle(cursor, outcome, verdicts, received)
             if suspect is not None and (
                 verdicts
                 or suspect in outcome.done
@@ -142,8 +150,9 @@ class InboxSource:
             return [suspect], [], [], suspect
         return [], [suspect], [], suspect
 
-    def _claim_ordered(self, worker, cursor, params):
-        """Claim the heads (and what follows) of aggregates that no other worker holds.
+    def _claim_ordered(self, worker, cursor, params, received: list[int]):
+        """Claim the heads (and what follows) of aggregates that no other worker holds; their
+        receipt times go to ``received``.
 
         Returns (messages that may run now, in order; rows claimed; whether a locked
         aggregate may have more due now; this transaction's id or None).
@@ -182,6 +191,7 @@ class InboxSource:
         runnable, stopped, fetched = [], set(), {}
         naive = not settings.USE_TZ
         for *row, status, due, _xid in rows:
+            received.append(row[RECEIVED_US])
             message = message_from_row(self.inbox.name, row, naive=naive)
             aggregate = message.aggregate_id
             fetched[aggregate] = fetched.get(aggregate, 0) + 1
@@ -211,12 +221,24 @@ class InboxSource:
     def _failure(self, message: inbox.InboxMessage, exc: Exception) -> batch.Failure:
         return batch.failure(delivery_of(message), exc, max_attempts=self.inbox.max_attempts)
 
-    def _settle(self, cursor, outcome: batch.BatchResult[inbox.InboxMessage], verdicts) -> None:
+    def _settle(
+        self, cursor, outcome: batch.BatchResult[inbox.InboxMessage], verdicts, received
+    ) -> None:
         """Acknowledge what was handled and record what failed, in the claim transaction.
 
-        ``verdicts``: (message, Failure) decided without running (a worker died too often)."""
+        ``verdicts``: (message, Failure) decided without running (a worker died too often).
+        ``received``: the receipt times of every row claimed (microseconds since the epoch):
+        the ack names the weeks they lie in, so that the server plans and scans only those
+        partitions of the table."""
         if outcome.done:
-            cursor.execute(QUERIES["ack"], {"ids": [m.id for m in outcome.done]})
+            cursor.execute(
+                QUERIES["ack"],
+                {
+                    "ids": [m.id for m in outcome.done],
+                    "oldest": _EPOCH + dt.timedelta(microseconds=min(received)),
+                    "newest": _EPOCH + dt.timedelta(microseconds=max(received)),
+                },
+            )
         failures = [*verdicts, *((m, self._failure(m, exc)) for m, exc in outcome.failed)]
         if failures:
             cursor.execute(QUERIES["fail"], failure_params(failures))

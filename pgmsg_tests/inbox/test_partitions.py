@@ -69,6 +69,22 @@ def test_a_resent_message_id_is_recognised_whichever_partition_holds_the_first_c
     assert pgmsg.receive("test.ordered", "in-last-week", type="step", payload={}).stored
 
 
+def test_one_batch_over_several_weeks_acknowledges_each_message_in_its_own_partition():
+    # The ack names the weeks of the batch's receipt times, to the microsecond: a message at
+    # either end (in the default partition, and in this week's) must be marked processed.
+    _, start, _ = _week(-1)
+    for key in ("oldest", "last-week", "newest"):
+        assert pgmsg.receive("test.inbox", key, type="work", payload={}).stored
+    _move("oldest", start - dt.timedelta(days=400, microseconds=1))
+    _move("last-week", start + dt.timedelta(microseconds=999_999))
+    assert _partition_of("oldest") == [f"{TABLE}_default"]
+    assert drain().handled == 3
+    assert {m.message_id: m.status for m in InboxMessage.objects.all()} == dict.fromkeys(
+        ("oldest", "last-week", "newest"), "processed"
+    )
+    assert drain().handled == 0  # none comes back
+
+
 def test_a_concurrent_receipt_into_another_partition_waits_for_the_first_and_skips():
     last_week, start, _ = _week(-1)
     first = psycopg.connect(database_url(connection.settings_dict), autocommit=False)
