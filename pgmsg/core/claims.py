@@ -10,7 +10,7 @@ that dies does not lose it; a server crash may, which only forgets a crash).
 Each worker keeps one row for its records: a record replaces the worker's last one when that
 batch committed (garbage then), and adds a row when it died, so the table holds about one row
 per running worker plus the claims of batches that died (claims.sql says why it matters);
-committed rows of stopped workers go when a worker connects (``delete_garbage``).
+committed rows of stopped workers go with a worker's first record.
 
 A claim whose transaction shows as *aborted* in ``pg_xact_status`` is a batch that died:
 every id in it is a *suspect* with one crash. Recording a batch returns the crashes of the rows
@@ -209,11 +209,6 @@ def _rows(conn: psycopg.Connection, results: list) -> tuple[int, dict[int, int]]
         if result.get_value(i, 1) is not None
     }
     return int(result.get_value(0, 0)), crashes
-
-
-def delete_garbage(conn: psycopg.Connection) -> None:
-    """Delete the records of batches that committed (a worker's side connection, connecting)."""
-    conn.execute(QUERIES["delete_garbage"])
 
 
 def narrow(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int) -> None:

@@ -19,9 +19,15 @@ DELETE FROM pgmsg_claim WHERE id IN (SELECT id FROM trimmed WHERE ids = '{}');
 -- the last batch died (its row is the record of a crash, kept). An INSERT and a DELETE per
 -- batch instead left a dead row per batch: every record's scan of the table read them all
 -- until vacuum came, and without autovacuum for good.
+-- A worker's first record (no row yet) also deletes the records of batches that committed:
+-- the rows of stopped workers (a running worker whose row goes adds a new one next time).
 -- Returns the record's row, with each recorded id that claims of batches that died held and
 -- how many held it (one row of NULLs beside the record's row when none did).
-WITH reused AS (
+WITH garbage AS (
+    DELETE FROM pgmsg_claim
+    WHERE %(row)s::bigint IS NULL
+      AND coalesce(pg_xact_status(transaction_id::text::xid8), 'committed') = 'committed'
+), reused AS (
     UPDATE pgmsg_claim
     SET kind = %(kind)s, ids = %(ids)b::bigint[], transaction_id = %(xid)s, pid = %(pid)s,
         claimed_at = now()
@@ -42,12 +48,6 @@ FROM (SELECT) AS one LEFT JOIN (
       AND pg_xact_status(k.transaction_id::text::xid8) = 'aborted'
     GROUP BY c.id
 ) AS crashed ON true;
-
--- name: delete_garbage
--- When a worker connects: delete the records of batches that committed (rows of workers that
--- have stopped; a running worker whose row goes adds a new one with its next record).
-DELETE FROM pgmsg_claim
-WHERE coalesce(pg_xact_status(transaction_id::text::xid8), 'committed') = 'committed';
 
 -- name: narrow
 -- The batch runs fewer rows than recorded (a suspect alone): only those count if it dies.

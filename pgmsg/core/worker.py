@@ -316,7 +316,6 @@ class Worker:
         # lose them, only a server crash could, which would forget a crash count at worst.
         conn.execute("SET synchronous_commit = off")
         conn.execute(QUERIES["configure_session"], session_settings())
-        claims.delete_garbage(conn)  # records of stopped workers' committed batches
         for name in [wake.WAKE_CHANNEL, *sorted(self._notify_routes)]:
             conn.execute(pgsql.SQL("LISTEN {}").format(pgsql.Identifier(name)))
         self._listen_conn = conn

@@ -11,7 +11,7 @@ class Claim(models.Model):
     """The rows one batch transaction ran, written (autocommit) before its handlers start.
 
     A claim whose transaction committed is garbage (its worker's next record replaces it;
-    a worker that connects deletes those of stopped workers). One whose
+    a worker's first record deletes those of stopped workers). One whose
     transaction aborted is a batch that died with its worker process: each of its ids counts
     one crash (see pgmsg/core/claims.py).
     """

@@ -138,7 +138,7 @@ def test_a_worker_replaces_its_record_while_its_batches_commit_and_keeps_those_t
     assert claim_rows(after) == [("test", [8, 9])]
 
 
-def test_a_connecting_worker_deletes_the_records_of_committed_batches_only(worker):
+def test_a_workers_first_record_deletes_the_records_of_committed_batches_only():
     [committed] = committed_transaction_ids(1)
     died = aborted_transaction_id()
     with connection.cursor() as cursor:
@@ -148,10 +148,18 @@ def test_a_connecting_worker_deletes_the_records_of_committed_batches_only(worke
                 "VALUES ('test', '{1}', %s, 1)",
                 [xid],
             )
-    other = Worker(channel_names=["test.work"], install_signal_handlers=False)
-    other._connect_listener()
+    worker = Worker(channel_names=["test.work"], install_signal_handlers=False)
+    worker._connect_listener()
     try:
+        assert claim_rows(committed) == [("test", [1])]  # connecting touches nothing
+        [mine] = committed_transaction_ids(1)
+        assert claims.record_and_count(worker, "test", [1, 2], mine) == {1: 1}
         assert claim_rows(committed) == []
         assert claim_rows(died) == [("test", [1])]
+        [later] = committed_transaction_ids(1)
+        claims.record_and_count(worker, "test", [3], later)  # its own row, replaced
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT transaction_id FROM pgmsg_claim ORDER BY id")
+            assert [row[0] for row in cursor.fetchall()] == [died, later]
     finally:
-        other._close()
+        worker._close()
