@@ -52,3 +52,14 @@ def django_setup(url: str, settings: str = "pgmsg_tests.settings", migrate: bool
 def spread(values: list[float], fmt: str = ">9,.0f") -> str:
     """min, median and max of repeated measurements, formatted alike."""
     return " ".join(format(v, fmt) for v in (min(values), statistics.median(values), max(values)))
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user and system) process ``pid`` has used, from /proc; None where there is
+    none (not Linux)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

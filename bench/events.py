@@ -365,11 +365,13 @@ def lag(url: str, count: int, gap: float) -> tuple[tuple[float, str], tuple[floa
         worker.start()
         wait_listening(url, 'LISTEN "pgmsg"')
         time.sleep(1)  # the worker's start-up sweep
+        started = common.cpu_seconds(worker.pid)
         for i in range(count):
             pgmsg.append("lag-1", Tick(n=i, sent_at=time.time()))
             time.sleep(gap)
         while conn.execute("SELECT count(*) FROM bench_lag").fetchone()[0] < count:
             time.sleep(0.05)
+        ours_cpu = cpu_per_event(worker.pid, started, count)
         worker.terminate()
         worker.join()
         ours = [h - s for s, h in conn.execute("SELECT sent, handled FROM bench_lag")]
@@ -377,6 +379,7 @@ def lag(url: str, count: int, gap: float) -> tuple[tuple[float, str], tuple[floa
         listener = context.Process(target=raw_listener, args=(url,))
         listener.start()
         wait_listening(url, "LISTEN raw_lag")
+        started = common.cpu_seconds(listener.pid)
         for _ in range(count):
             with conn.transaction():
                 conn.execute("INSERT INTO raw_lag_q (sent) VALUES (%s)", [time.time()])
@@ -384,10 +387,20 @@ def lag(url: str, count: int, gap: float) -> tuple[tuple[float, str], tuple[floa
             time.sleep(gap)
         while conn.execute("SELECT count(*) FROM raw_lag_result").fetchone()[0] < count:
             time.sleep(0.05)
+        raw_cpu = cpu_per_event(listener.pid, started, count)
         listener.terminate()
         listener.join()
         raw = [h - s for s, h in conn.execute("SELECT sent, handled FROM raw_lag_result")]
-    return (p50(ours), percentiles(ours)), (p50(raw), percentiles(raw))
+    return (p50(ours), percentiles(ours) + ours_cpu), (p50(raw), percentiles(raw) + raw_cpu)
+
+
+def cpu_per_event(pid: int, started: float | None, count: int) -> str:
+    """The CPU a waiting process used per event since ``started`` (its CPU seconds then): its
+    waits and its looks while it lingers after each event, not only the event's handling."""
+    now = common.cpu_seconds(pid)
+    if started is None or now is None:
+        return ""
+    return f"   process CPU {(now - started) / count * 1e6:,.0f} us/event"
 
 
 def p50(lags: list[float]) -> float:
