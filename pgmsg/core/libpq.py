@@ -370,3 +370,37 @@ def _run(conn: psycopg.Connection, send) -> list[PGresult]:
         if result.status not in _ROWS_OR_DONE:
             raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
     return results
+
+
+def closing_commit(db: BaseDatabaseWrapper, statements: list[tuple[str, dict[str, Any]]]) -> None:
+    """Run ``statements`` ((query, params) pairs, bound on the client as Django's cursor binds
+    them) and COMMIT, as one query string: the last round trip of the outermost atomic block
+    ``db`` is in. The block's own COMMIT then finds the transaction ended and sends nothing
+    (psycopg's commit() does not when the connection is idle); its on_commit hooks run as
+    usual. psycopg's pipeline mode sent the same in one round trip, then spent a second one on
+    its closing sync.
+
+    Where the block is nested in another, or the COMMIT cannot be ours (someone watches Django's
+    cursor, a connection whose cursors bind on the server, ...), the statements run on a
+    cursor and the block's exit commits as usual."""
+    conn = db.connection
+    raw_cursor = _kept_cursor(db, "_pgmsg_client_cursor", lambda c: c.cursor())
+    if (
+        watched(db)
+        or len(db.atomic_blocks) != 1
+        or db.needs_rollback
+        or not isinstance(raw_cursor, psycopg.ClientCursor)
+        or conn.pgconn.transaction_status != TransactionStatus.INTRANS
+        or conn.pgconn.pipeline_status != PipelineStatus.OFF
+    ):
+        with db.cursor() as cursor:
+            for query, params in statements:
+                cursor.execute(query, params)
+        return
+    encoding = conn.info.encoding
+    text = b";\n".join(
+        [*(raw_cursor.mogrify(query, params).encode(encoding) for query, params in statements)]
+        + [b"COMMIT"]
+    )
+    with db.wrap_database_errors:
+        _run(conn, lambda pgconn: pgconn.send_query(text))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 
@@ -34,6 +33,13 @@ CLAIM_KIND = "event"
 #: the horizon the read used is in the partition's row, at HORIZON_USED.
 EVENT_END = 16
 HORIZON_USED = 16
+
+#: After a read that found nothing, the partition's checkpoint moves to the horizon only once
+#: the horizon is this many transaction ids past it. Each move is a write, and holding the
+#: partition gives every look a transaction id of its own, so the horizon is always one ahead:
+#: a lingering worker wrote on every look (docs/benchmarks.md). Events of types the
+#: subscription skips, in at most this many transactions, are read again by the next look.
+IDLE_ADVANCE_XIDS = 1000
 
 
 class SubscriptionSource:
@@ -177,16 +183,9 @@ class SubscriptionSource:
         connection = connections[db]
         # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
         own_transaction = not connection.in_atomic_block
-        # Entered once the handlers are done: the checkpoint's move and the COMMIT then go in
-        # one round trip (psycopg pipeline mode; commit() syncs it), plus the pipeline's
-        # closing sync.
-        ending, entered = contextlib.ExitStack(), []
-
-        def pipelined() -> None:
-            if not entered:
-                entered.append(ending.enter_context(connection.connection.pipeline()))
-
-        with ending, transaction.atomic(using=db), libpq.LazyCursor(connection) as cursor:
+        # The checkpoint's move and the COMMIT go in one round trip (libpq.closing_commit).
+        closing: list[tuple[str, dict]] = []
+        with transaction.atomic(using=db), libpq.LazyCursor(connection) as cursor:
             seen = self._seen.get(partition)
             floor = None
             if seen is not None and self._months:
@@ -242,15 +241,14 @@ class SubscriptionSource:
                 delivery=delivery,
                 handle=self._handle_event,
                 group=lambda _: partition,
-                after_handlers=pipelined,
             )
             handled = len(result.done)
             reached = result.done[-1].checkpoint if result.done else start
             if complete and run is read and not result.failed and handled == len(read):
                 # Every matching event of ended transactions was read: the next read may
                 # start at the horizon instead of re-scanning other partitions' events.
-                reached = max(reached, Checkpoint(xmin, 0))
-            pipelined()
+                if found or xmin - start.transaction_id >= IDLE_ADVANCE_XIDS:
+                    reached = max(reached, Checkpoint(xmin, 0))
             failed = None
             if verdict is not None:
                 failed = (suspect[0], verdict)
@@ -269,33 +267,38 @@ class SubscriptionSource:
                 )
             if failed is not None:
                 recorded, failure = failed
-                cursor.execute(
-                    QUERIES["fail"],
-                    {
-                        "id": id_,
-                        "xid": reached.transaction_id,
-                        "position": reached.position,
-                        "handled": handled,
-                        "error": failure.error,
-                        "failed_position": recorded.position,
-                        "stop": failure.give_up,
-                        "delay": failure.retry_in,
-                    },
+                closing.append(
+                    (
+                        QUERIES["fail"],
+                        {
+                            "id": id_,
+                            "xid": reached.transaction_id,
+                            "position": reached.position,
+                            "handled": handled,
+                            "error": failure.error,
+                            "failed_position": recorded.position,
+                            "stop": failure.give_up,
+                            "delay": failure.retry_in,
+                        },
+                    )
                 )
             elif reached != start or handled or attempts:
-                cursor.execute(
-                    QUERIES["advance"],
-                    {
-                        "id": id_,
-                        "xid": reached.transaction_id,
-                        "position": reached.position,
-                        "handled": handled,
-                    },
+                closing.append(
+                    (
+                        QUERIES["advance"],
+                        {
+                            "id": id_,
+                            "xid": reached.transaction_id,
+                            "position": reached.position,
+                            "handled": handled,
+                        },
+                    )
                 )
-            if not found and own_transaction:
-                cursor.execute(QUERIES["commit_without_flush"])
             if suspect is not None and (failed is not None or suspect[0] in result.done):
                 claims.forget(cursor, CLAIM_KIND, self._claim_key(suspect[0]))
+            if not found and own_transaction:
+                closing.append((QUERIES["commit_without_flush"], {}))
+            libpq.closing_commit(connection, closing)
         worker.handled += handled
         self._seen[partition] = reached.transaction_id  # committed: the next read's floor
         # A batch cut short at a suspect: come back at once for what follows it.

@@ -152,6 +152,57 @@ def test_a_lazy_cursor_is_djangos_made_on_first_use_in_the_same_transaction_and_
     assert values() == ["no cursor"]  # the second block's rows rolled back together
 
 
+# -- the block's last statements and its COMMIT in one query string (closing_commit) ---------
+
+UPDATE = "UPDATE libpq_probe SET value = %(value)s WHERE value = %(was)s"
+
+
+def test_the_last_statements_and_the_commit_go_in_one_query_string_and_hooks_still_run():
+    ran = []
+    with sent() as messages, transaction.atomic():
+        libpq.opening_rows(connection, INSERT, {"value": "it's"})
+        transaction.on_commit(lambda: ran.append(connection.connection.pgconn.transaction_status))
+        libpq.closing_commit(
+            connection, [(UPDATE, {"value": "done", "was": "it's"}), ("SELECT 1", {})]
+        )
+        assert connection.connection.pgconn.transaction_status == TransactionStatus.IDLE
+    # The block's exit sent nothing: the COMMIT had gone with the statements.
+    assert [kind for kind, _ in messages] == ["Query", "Query"]
+    assert messages[1][1].startswith(" \"UPDATE libpq_probe SET value = 'done'")
+    assert messages[1][1].endswith('SELECT 1;\nCOMMIT"')
+    assert ran == [TransactionStatus.IDLE]  # on_commit ran, after the commit, as usual
+    assert values() == ["done"]
+
+
+def test_a_failing_closing_statement_commits_nothing_and_raises_djangos_error():
+    with pytest.raises(ProgrammingError, match="no_such_table"):
+        with transaction.atomic():
+            libpq.opening_rows(connection, INSERT, {"value": "kept?"})
+            libpq.closing_commit(connection, [("UPDATE no_such_table SET x = 1", {})])
+    assert connection.connection.pgconn.transaction_status == TransactionStatus.IDLE
+    assert values() == []
+
+
+def test_inside_a_callers_transaction_it_runs_the_statements_and_leaves_the_commit_to_it():
+    with transaction.atomic():
+        libpq.opening_rows(connection, INSERT, {"value": "outer"})
+        with transaction.atomic():
+            libpq.closing_commit(connection, [(UPDATE, {"value": "inner", "was": "outer"})])
+            assert connection.connection.pgconn.transaction_status == TransactionStatus.INTRANS
+        assert values() == ["inner"]
+        transaction.set_rollback(True)  # the caller's decision holds for what it ran
+    assert values() == []
+
+
+def test_watched_it_runs_the_statements_through_djangos_cursor_and_the_block_commits():
+    with CaptureQueriesContext(connection) as captured:
+        with transaction.atomic():
+            libpq.opening_rows(connection, INSERT, {"value": "logged"})
+            libpq.closing_commit(connection, [(UPDATE, {"value": "seen", "was": "logged"})])
+    assert any("UPDATE libpq_probe" in query["sql"] for query in captured.captured_queries)
+    assert values() == ["seen"]
+
+
 # -- statements bound once, their varying integers written in (opening_rows' varying) --------
 
 PICK = (

@@ -88,7 +88,11 @@ CREATE CONSTRAINT TRIGGER test_note_commit_mode AFTER UPDATE ON pgmsg_subscripti
 """
 
 
-def test_a_batch_that_read_nothing_commits_without_waiting_for_the_flush_one_that_handled_waits():
+def test_a_batch_that_read_nothing_commits_without_waiting_for_the_flush_one_that_handled_waits(
+    monkeypatch,
+):
+    # Every look that finds nothing moves the checkpoint to the horizon (a write to commit).
+    monkeypatch.setattr(subscription_source, "IDLE_ADVANCE_XIDS", 0)
     with connection.cursor() as cursor:
         # The worker runs on this session: what it commits with, unless it turns it off.
         cursor.execute("SET synchronous_commit = on")
@@ -112,6 +116,38 @@ def test_a_batch_that_read_nothing_commits_without_waiting_for_the_flush_one_tha
             )
     assert {mode for handled, mode in modes if handled} == {"on"}
     assert {mode for handled, mode in modes if not handled} == {"off"}
+
+
+def partition_row(subscription: str) -> tuple[str, int]:
+    """(the row version's xmin, the checkpoint's transaction) of a one-partition subscription."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT xmin::text, checkpoint_transaction FROM pgmsg_subscription_partition "
+            "WHERE subscription = %s",
+            [subscription],
+        )
+        return cursor.fetchone()
+
+
+def test_looks_that_find_nothing_write_nothing_until_the_horizon_is_far_ahead(monkeypatch):
+    pgmsg.append("audit-idle", [Opened(owner="ann")])
+    drain_until("test-audit", lambda: len(effects("sub.audit")) == 1, message="the event handled")
+    handled = partition_row("test-audit")
+    # Each look holds the partition, so each has a transaction id and moves the horizon.
+    for _ in range(3):
+        drain("test-audit")
+    assert partition_row("test-audit") == handled  # not even rewritten in place
+
+    monkeypatch.setattr(subscription_source, "IDLE_ADVANCE_XIDS", 5)
+    with connection.cursor() as cursor:
+        for _ in range(6):  # six transactions of their own, each with an id
+            cursor.execute("SELECT pg_current_xact_id()")
+    drain_until(
+        "test-audit",
+        lambda: partition_row("test-audit")[1] >= handled[1] + 5,
+        message="the checkpoint moved to the horizon",
+    )
+    assert len(effects("sub.audit")) == 1
 
 
 def test_only_handled_types_of_the_category_reach_the_handlers():
