@@ -246,8 +246,9 @@ def end_to_end(url: str, n: int, workers: int) -> tuple[str, float, str]:
     )
 
 
-def latency(url: str, count: int, gap: float) -> list[float]:
-    """Handler time minus the time the producer's COMMIT returned (as in the peer harness)."""
+def latency(url: str, count: int, gap: float, cpu: list[float] | None = None) -> list[float]:
+    """Handler time minus the time the producer's COMMIT returned (as in the peer harness).
+    ``cpu``, when given, gets the worker's CPU per message (us), lingering and waits included."""
     from django.db import transaction
 
     import pgmsg
@@ -257,6 +258,7 @@ def latency(url: str, count: int, gap: float) -> list[float]:
     with tempfile.TemporaryDirectory() as handled_dir:
         procs = start_workers(url, 1, handled_dir)
         try:
+            started = common.cpu_seconds(procs[0].pid)
             for i in range(count):
                 with transaction.atomic():
                     pgmsg.notify(Tick(seq=i))
@@ -264,6 +266,9 @@ def latency(url: str, count: int, gap: float) -> list[float]:
                 time.sleep(gap)
             while pending(url):
                 time.sleep(0.01)
+            ended = common.cpu_seconds(procs[0].pid)
+            if cpu is not None and started is not None and ended is not None:
+                cpu.append((ended - started) / count * 1e6)
         finally:
             stop_workers(procs)
         return sorted((now - committed[seq]) * 1000 for seq, _, now in handled_lines(handled_dir))
@@ -316,13 +321,15 @@ def main() -> None:
         ],
     )
     print(f"\n{check_cost}")
-    lat = latency(url, args.latency_count, args.latency_gap_ms / 1000)
+    cpu: list[float] = []
+    lat = latency(url, args.latency_count, args.latency_gap_ms / 1000, cpu)
     summary.record("notification commit-to-handler p50, idle worker", pct(lat, 50), unit="ms")
     summary.record("notification commit-to-handler p99, idle worker", pct(lat, 99), unit="ms")
     print(
         f"\ncommit-to-handler latency, idle worker, {len(lat)} messages "
         f"{args.latency_gap_ms:.0f} ms apart: p50 {pct(lat, 50):.2f} ms  "
         f"p95 {pct(lat, 95):.2f} ms  p99 {pct(lat, 99):.2f} ms  max {max(lat):.2f} ms"
+        + "".join(f"   worker CPU {c:,.0f} us/message" for c in cpu)
     )
 
 

@@ -37,9 +37,10 @@ class Settings:
     SEND_THROUGH_DJANGO_CURSOR: bool = False
     #: Seconds between sweeps for rows whose NOTIFY was missed, and for due retries.
     SWEEP_INTERVAL: float = 5.0
-    #: Seconds without work before a worker declares itself idle (docs/wakeups.md); until
+    #: Seconds without work before a busy worker declares itself idle (docs/wakeups.md); until
     #: then it looks for work after 1, 2, 4, ... ms, so a steady stream of producers never has
-    #: to NOTIFY (NOTIFY serializes commits).
+    #: to NOTIFY (NOTIFY serializes commits). Work found again within it makes an idle worker
+    #: busy; a message that comes alone is handled without leaving the idle state.
     IDLE_AFTER: float = 0.01
     #: Longest pause, in seconds, between attempts to reconnect a lost database connection.
     RECONNECT_BACKOFF_MAX: float = 10.0

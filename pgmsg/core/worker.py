@@ -248,12 +248,17 @@ class Worker:
                 if count < self.batch_size:
                     dirty.discard(index)
             self._reconnect_delay = RECONNECT_DELAY  # the database answered: reconnected
-            # Wake-ups (pgmsg/core/wake.py): found work, so busy again; producers stop NOTIFYing.
+            # Wake-ups (pgmsg/core/wake.py): work found moments after other work, or a full
+            # batch, is a stream: busy again, producers stop NOTIFYing. A message on its own,
+            # found while idle, leaves the declaration as it is (its producers kept waking this
+            # worker), so that the worker goes back to sleep at once: no withdrawal, lingering
+            # looks, declaration and last look around every message that comes alone.
             if claimed:
+                stream = bool(dirty) or time.monotonic() - last_work < idle_after
                 last_work, linger_poll = time.monotonic(), wake.LINGER_POLL
-            if claimed and self._idle.declared:
-                with connections[self.database].cursor() as cursor:
-                    self._idle.withdraw(cursor)
+                if self._idle.declared and (stream or not self._idle.settled):
+                    with connections[self.database].cursor() as cursor:
+                        self._idle.withdraw(cursor)
             if dirty:
                 self._write_counts()  # at most once a second while busy
                 continue
@@ -262,7 +267,7 @@ class Worker:
                 return
             # Work came moments ago: keep looking (after 1, 2, 4, ... ms) for IDLE_AFTER before
             # declaring idle, so that a steady stream of producers never has to NOTIFY.
-            lingering = time.monotonic() - last_work < idle_after
+            lingering = not self._idle.declared and time.monotonic() - last_work < idle_after
             # About to sleep: declare idle. Once the barrier passes, every table gets one more
             # look (a producer that checked before the declaration has committed by then); while
             # producers are mid-transaction it is retried after a short pause instead.

@@ -169,6 +169,27 @@ def test_a_worker_finds_the_rows_a_transaction_sent_without_waking_again(workers
     wait_for(lambda: effect_counts() == {"w": 1, "v": 1}, timeout=60, message="rows handled")
 
 
+def test_a_lone_message_leaves_the_worker_declared_and_a_stream_makes_it_withdraw(workers):
+    """A message found while the worker is idle is handled under its declaration: producers
+    keep waking the worker, which goes back to sleep at once. Work found again within
+    IDLE_AFTER (a minute here) is a stream: the worker withdraws and keeps looking, and
+    producers commit without NOTIFY."""
+
+    def send(key: str):
+        return lambda conn: conn.execute(INSERT_WORK, [f'{{"key": "{key}"}}'])
+
+    workers.start("test.work", "--settings", "pgmsg_tests.testapp.linger_settings")
+    wait_for(idle_declared, timeout=60, message="worker declared itself idle")
+    assert wakes_after(send("a")) == ["test.work"]
+    wait_for(lambda: effect_counts() == {"a": 1}, timeout=60, message="a handled")
+    assert idle_declared()
+    assert wakes_after(send("b")) == ["test.work"]  # still declared: its producer wakes it
+    wait_for(lambda: effect_counts() == {"a": 1, "b": 1}, timeout=60, message="b handled")
+    wait_for(lambda: not idle_declared(), timeout=60, message="the worker withdrew")
+    assert wakes_after(send("c")) == []  # busy: no NOTIFY, found by the worker's next look
+    wait_for(lambda: effect_counts() == {"a": 1, "b": 1, "c": 1}, timeout=60, message="c")
+
+
 def idle_declared() -> bool:
     with connection.cursor() as cursor:
         cursor.execute(
