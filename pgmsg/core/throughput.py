@@ -32,10 +32,12 @@ class Tally:
     """A running worker's counts that committed but are not written yet.
 
     Batches add to it once their transaction commits; the worker writes it through its
-    autocommit connection at most once every FLUSH_INTERVAL, and before it sleeps or stops:
-    one upsert a second instead of one per batch, which cost a round trip and a row update
-    (a seventh of a 100-message batch's time, bench/drain.py). A worker killed with -9 loses
-    the counts of its last second; the messages themselves are not affected.
+    autocommit connection at most once every FLUSH_INTERVAL, even around its sleeps (it wakes
+    for a write that comes due), and when it stops: one upsert a second instead of one per
+    batch, which cost a round trip and a row update (a seventh of a 100-message batch's time,
+    bench/drain.py), or one per message for a worker woken message by message. A worker
+    killed with -9 loses the counts of its last second; the messages themselves are not
+    affected.
     """
 
     def __init__(self) -> None:
@@ -46,6 +48,12 @@ class Tally:
     def add(self, handled: Counter, failed: Counter) -> None:
         self.handled.update(handled)
         self.failed.update(failed)
+
+    def seconds_until_flush(self) -> float | None:
+        """When the counts held are due to be written (0: now); None when none are held."""
+        if not (self.handled or self.failed):
+            return None
+        return max(self._next_flush - time.monotonic(), 0.0)
 
     def flush(self, connection, *, now: bool = False) -> None:
         """Write the counts (and prune), if FLUSH_INTERVAL has passed or ``now``. Kept if the

@@ -262,9 +262,10 @@ class Worker:
             if dirty:
                 self._write_counts()  # at most once a second while busy
                 continue
-            self._write_counts(now=True)  # before sleeping or returning
             if self.until_idle:
+                self._write_counts(now=True)
                 return
+            self._write_counts()  # when due; a write not due yet shortens the sleep below
             # Work came moments ago: keep looking (after 1, 2, 4, ... ms) for IDLE_AFTER before
             # declaring idle, so that a steady stream of producers never has to NOTIFY.
             lingering = not self._idle.declared and time.monotonic() - last_work < idle_after
@@ -291,6 +292,9 @@ class Worker:
                 due = source.seconds_until_due(self)
                 if due is not None:
                     timeout = min(timeout, max(due, 0.0))
+            counts_due = self.tally.seconds_until_flush() if self.tally is not None else None
+            if counts_due is not None:
+                timeout = min(timeout, counts_due)
             for payload, channel in self._wait(max(timeout, 0.0)):
                 if channel == wake.WAKE_CHANNEL:
                     dirty.update(i for i, s in enumerate(self.sources) if s.wants(payload))
