@@ -105,7 +105,6 @@ def run_batch(
     delivery: Callable[[Row], Delivery],
     handle: Callable[[Row], None],
     group: Callable[[Row], Hashable] | None = None,
-    after_handlers: Callable[[], object] | None = None,
 ) -> BatchResult[Row]:
     """Run ``handle(row)`` for each claimed row inside the caller's claim transaction.
 
@@ -122,10 +121,6 @@ def run_batch(
     ``group(row)``, for ordered sources: after a failure, the later rows of the same group are
     not run (they are in neither list; the caller leaves them for later).
     Once ``worker.stopping``, the rows not yet run are in neither list either.
-
-    ``after_handlers()`` is called once the handlers are done, before the batch's own
-    statements (e.g. to enter psycopg's pipeline mode, so that they, the source's
-    acknowledgement and the COMMIT travel together).
     """
     db = worker.database
     if not conf.get().SAVEPOINT_PER_MESSAGE and not getattr(worker, "careful", False):
@@ -160,8 +155,6 @@ def run_batch(
             raise Redo(f"a handler failed on the fast path: {exc}") from exc
         finally:
             metrics.handler_durations(seen, durations)
-        if after_handlers is not None:
-            after_handlers()
         _account(worker, seen, [])
         return BatchResult(done=list(rows[: len(seen)]))
     result = BatchResult()
@@ -193,8 +186,6 @@ def run_batch(
                 result.done.append(row)
     finally:
         metrics.handler_durations(ran, durations)
-    if after_handlers is not None:
-        after_handlers()
     _account(
         worker, [delivery(row) for row in result.done], [delivery(row) for row, _ in result.failed]
     )
