@@ -63,3 +63,12 @@ def cpu_seconds(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_us_per(pid: int, started: float | None, count: int) -> float | None:
+    """Microseconds of CPU process ``pid`` used per item since ``started`` (its cpu_seconds
+    then), over ``count`` items; None where /proc does not say."""
+    now = cpu_seconds(pid)
+    if started is None or now is None:
+        return None
+    return (now - started) / count * 1e6

@@ -397,10 +397,8 @@ def lag(url: str, count: int, gap: float) -> tuple[tuple[float, str], tuple[floa
 def cpu_per_event(pid: int, started: float | None, count: int) -> str:
     """The CPU a waiting process used per event since ``started`` (its CPU seconds then): its
     waits and its looks while it lingers after each event, not only the event's handling."""
-    now = common.cpu_seconds(pid)
-    if started is None or now is None:
-        return ""
-    return f"   process CPU {(now - started) / count * 1e6:,.0f} us/event"
+    used = common.cpu_us_per(pid, started, count)
+    return "" if used is None else f"   process CPU {used:,.0f} us/event"
 
 
 def p50(lags: list[float]) -> float:

@@ -266,9 +266,9 @@ def latency(url: str, count: int, gap: float, cpu: list[float] | None = None) ->
                 time.sleep(gap)
             while pending(url):
                 time.sleep(0.01)
-            ended = common.cpu_seconds(procs[0].pid)
-            if cpu is not None and started is not None and ended is not None:
-                cpu.append((ended - started) / count * 1e6)
+            used = common.cpu_us_per(procs[0].pid, started, count)
+            if cpu is not None and used is not None:
+                cpu.append(used)
         finally:
             stop_workers(procs)
         return sorted((now - committed[seq]) * 1000 for seq, _, now in handled_lines(handled_dir))

@@ -14,7 +14,7 @@ if os.environ.get("BENCH_PREPARE_THRESHOLD"):
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = int(  # noqa: F405
         os.environ["BENCH_PREPARE_THRESHOLD"]
     )
-# BENCH_IDLE_AFTER=0: PGMSG IDLE_AFTER (how long a worker keeps looking before it declares
-# itself idle), to measure what lingering costs a worker whose messages come apart.
+# BENCH_IDLE_AFTER=0.0001 (it must be positive): PGMSG IDLE_AFTER (how long a busy worker keeps
+# looking before it declares itself idle), to measure what lingering costs a worker.
 if os.environ.get("BENCH_IDLE_AFTER"):
     PGMSG["IDLE_AFTER"] = float(os.environ["BENCH_IDLE_AFTER"])
