@@ -35,6 +35,7 @@ SCRIPTS = [
     ("notifications", []),
     ("events", []),
     ("inbox", []),
+    ("inbox", ["--growth-only", "--big", "1000000", "--small", "10000"]),
     ("memory", ["--small", "100000", "--big", "1000000"]),
     ("metrics", ["--n", "50000", "--reps", "3"]),
 ]

@@ -9,6 +9,11 @@ handlers do nothing, so the figures are pgmsg's own cost). The ceiling: plain ps
 `FOR UPDATE SKIP LOCKED` + `UPDATE ... SET status = 'processed'` per transaction.
 
     DATABASE_URL=postgres://... python bench/inbox.py [--n 10000] [--single-n 2000]
+        [--big 0 [--small 10000] [--growth-only]]
+
+With --big, three more lines: one in-process worker draining a prefilled backlog of --big
+messages, of --small messages, and of --big again while another session holds a snapshot open
+(claims stay fast as the table grows: the ratio of the first and third to the second).
 
 Uses DATABASE_URL's server (or the embedded default) and a scratch database
 `pgmsg_bench_inbox` that it drops and re-creates; nothing else is touched.
@@ -250,6 +255,48 @@ def processing(url: str, n: int, inbox: str, workers: int) -> tuple[str, float, 
     return (f"pgmsg processing, {kind}, {workers} worker process(es) (N={n})", n / elapsed, check)
 
 
+def backlog_drain(url: str, n: int, *, hold_snapshot: bool = False) -> tuple[str, float, str]:
+    """One in-process worker draining a prefilled backlog of ``n`` messages of an inbox without
+    a priority map (its claims in arrival order), timed from its start to the empty backlog.
+    ``hold_snapshot``: another session keeps a REPEATABLE READ transaction open meanwhile (a
+    report, a pg_dump), so that index scans cannot mark the acknowledged messages' entries
+    dead and every claim that reads the pending index from its start walks them all."""
+    from django.db import connection, transaction
+
+    import pgmsg
+    from pgmsg.core.worker import Worker
+
+    for start in range(0, n, 5000):
+        with transaction.atomic():
+            pgmsg.receive_many(
+                "bench.unordered",
+                [
+                    {"message_id": f"g-{i}", "type": "tick", "payload": {"seq": i}}
+                    for i in range(start, min(n, start + 5000))
+                ],
+            )
+    connection.close()
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE pgmsg_inbox_message")
+    holder = psycopg.connect(url) if hold_snapshot else None
+    if holder is not None:
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT count(*) FROM pgmsg_claim")
+    try:
+        worker = Worker(inboxes=["bench.unordered"], until_idle=True, install_signal_handlers=False)
+        t = time.perf_counter()
+        worker.run()
+        rate = n / (time.perf_counter() - t)
+    finally:
+        if holder is not None:
+            holder.close()
+    assert worker.handled == n, f"handled {worker.handled} of {n}"
+    with connection.cursor() as cur:
+        cur.execute("TRUNCATE pgmsg_inbox_message")
+    held = ", a snapshot held open meanwhile" if hold_snapshot else ""
+    return (f"pgmsg inbox drain, 1 process, a {n:,} backlog{held}", rate, "")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=10_000)
@@ -259,6 +306,11 @@ def main() -> None:
         default=2_000,
         help="messages for the one-per-transaction rows (they are slow)",
     )
+    parser.add_argument(
+        "--big", type=int, default=0, help="backlog of the drain-growth lines (0: off)"
+    )
+    parser.add_argument("--small", type=int, default=10_000, help="their reference backlog")
+    parser.add_argument("--growth-only", action="store_true", help="only the drain-growth lines")
     args = parser.parse_args()
 
     url = common.scratch_url(SCRATCH_DB)
@@ -269,16 +321,30 @@ def main() -> None:
         f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}"
     )
     rows: list[tuple[str, float, str]] = []
-    rows += [(name, rate, "") for name, rate in raw_ceiling(url, args.n, args.single_n)]
+    if not args.growth_only:
+        rows += [(name, rate, "") for name, rate in raw_ceiling(url, args.n, args.single_n)]
     common.django_setup(url)
-    rows += receive_rates(args.n, args.single_n)
-    for inbox in ("bench.unordered", "bench.ordered"):
-        for workers in (1, 2):
-            rows.append(processing(url, args.n, inbox, workers))
+    if not args.growth_only:
+        rows += receive_rates(args.n, args.single_n)
+        for inbox in ("bench.unordered", "bench.ordered"):
+            for workers in (1, 2):
+                rows.append(processing(url, args.n, inbox, workers))
+    if args.big:
+        rows.append(backlog_drain(url, args.big))
+        rows.append(backlog_drain(url, args.small))
+        rows.append(backlog_drain(url, args.big, hold_snapshot=True))
     width = max(len(r[0]) for r in rows)
     print(f"\n{'measurement':<{width}}  {'msg/s':>9}")
     for name, rate, note in rows:
         print(f"{name:<{width}}  {rate:>9,.0f}  {note}")
+    if args.big:
+        big, small = f"a {args.big:,} backlog", f"a {args.small:,} backlog"
+        for held in ("", ", a snapshot held open meanwhile"):
+            summary.record(
+                f"inbox: drain {big}{held} (ratio column: to {small})",
+                summary.find(rows, f"pgmsg inbox drain, 1 process, {big}{held}"),
+                summary.find(rows, f"pgmsg inbox drain, 1 process, {small}"),
+            )
     summary.pairs(
         rows,
         [

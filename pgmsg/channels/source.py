@@ -103,6 +103,11 @@ class NotificationSource:
             rows, run, failures = self._isolate_suspect(worker, cursor, rows, crashes)
             try:
                 result = batch.run_batch(worker, run, delivery=_delivery, handle=self._handle)
+            except batch.Redo:
+                # Rolled back for a handler's failure: the claim with a savepoint per row
+                # (Worker.process) must take these rows again, not the ones past them.
+                self._from_id = rows[0].id
+                raise
             finally:
                 self._decoded = {}
             failures.update((row.id, self._failure(row, exc)) for row, exc in result.failed)

@@ -20,6 +20,9 @@ from pgmsg.inbox import operations, retention
 QUERIES = sql.load(__package__, "inbox.sql")
 
 
+#: Most seconds a worker claims past its last batch before reading from the start again
+#: (as the notification claim does: pgmsg/channels/source.py).
+FROM_START_INTERVAL = 1.0
 #: In a claim row: received_at, as microseconds since the epoch.
 RECEIVED_US = 8
 #: What those microseconds count from (exact arithmetic, where fromtimestamp rounds a float).
@@ -63,6 +66,9 @@ class InboxSource:
         self._types = list(spec.priorities)
         self._priorities = [spec.priorities[t] for t in self._types]
         self._next_retention = 0.0
+        # Where the next arrival-order claim starts (_claim_unordered): 0 is the start.
+        self._from_id = 0
+        self._next_from_start = 0.0
 
     def wants(self, wake_payload: str) -> bool:
         return wake_payload == self._wake
@@ -92,29 +98,31 @@ class InboxSource:
             # a quarter batch is kept for them so that a backlog of aggregates cannot starve them.
             room = max(worker.batch_size - claimed, math.ceil(worker.batch_size / 4))
             if not worker.stopping:
-                claim = "claim_unordered" if self._types else "claim_unordered_fifo"
-                # Unless the ordered claim came first, it opens the transaction (its BEGIN in
-                # the same round trip).
-                (rows,) = libpq.opening_rows(
-                    connections[db],
-                    QUERIES[claim],
-                    {**params, "limit": room, "null_aggregate_only": self.inbox.ordered},
-                )
+                rows = self._claim_unordered(connections[db], cursor, params, room)
                 claimed += len(rows)
                 received += [r[RECEIVED_US] for r in rows]
                 naive = not settings.USE_TZ
                 unordered = [message_from_row(self.inbox.name, r[:-1], naive=naive) for r in rows]
                 xid = rows[0][-1] if rows else xid
             verdicts, suspect = [], None
+            claimed_unordered = {m.id for m in unordered}
             if (ordered or unordered) and own_transaction:
                 ordered, unordered, verdicts, suspect = self._record(
                     worker, cursor, ordered, unordered, xid
                 )
-            # A failure holds back the rest of its aggregate.
-            self._run(worker, ordered, outcome, group=lambda message: message.aggregate_id)
-            if not worker.stopping:
-                self._run(worker, unordered, outcome)
+            try:
+                # A failure holds back the rest of its aggregate.
+                self._run(worker, ordered, outcome, group=lambda message: message.aggregate_id)
+                if not worker.stopping:
+                    self._run(worker, unordered, outcome)
+            except batch.Redo:
+                # Rolled back for a handler's failure: the claim with a savepoint per message
+                # (Worker.process) must take these messages again, not the ones past them.
+                self._from_id = min(claimed_unordered, default=self._from_id)
+                raise
             self._settle(cursor, outcome, verdicts, received)
+            if claimed_unordered - {m.id for m in outcome.done}:
+                self._from_id = 0  # failed or left: pending again below the next claim's start
             if suspect is not None and (
                 verdicts
                 or suspect in outcome.done
@@ -123,6 +131,39 @@ class InboxSource:
                 claims.forget(cursor, "inbox", suspect.id)
         worker.handled += len(outcome.done)
         return worker.batch_size if more or suspect is not None else claimed
+
+    def _claim_unordered(
+        self, connection, cursor, params: dict[str, Any], limit: int
+    ) -> list[tuple]:
+        """Claim up to ``limit`` messages outside any aggregate's order, sorted by id: by
+        priority where the inbox maps them, else in arrival order past the last batch while
+        batches come back full (claim_unordered_fifo), from the start when that finds too
+        few, after a batch came back short or left messages pending, and at least every
+        FROM_START_INTERVAL, so that none below is left behind (retries come due there, and
+        a late commit or another worker's rollback puts messages there). Unless the ordered
+        claim came first, it opens the transaction (its BEGIN in the same round trip)."""
+        params = {**params, "limit": limit, "null_aggregate_only": self.inbox.ordered}
+        if self._types:
+            (rows,) = libpq.opening_rows(connection, QUERIES["claim_unordered"], params)
+            return rows
+        now = time.monotonic()
+        if now >= self._next_from_start:
+            self._from_id, self._next_from_start = 0, now + FROM_START_INTERVAL
+        params["from_id"] = self._from_id
+        (rows,) = libpq.opening_rows(
+            connection, QUERIES["claim_unordered_fifo"], params, varying=("from_id", "limit")
+        )
+        if len(rows) < limit and self._from_id:
+            # The rows just claimed are still pending to this transaction (locked, not yet
+            # acknowledged): where the read from the start reaches them, they are left out.
+            taken = {row[0] for row in rows}
+            cursor.execute(
+                QUERIES["claim_unordered_fifo"],
+                {**params, "limit": limit - len(rows), "from_id": 0},
+            )
+            rows = sorted(rows + [row for row in cursor.fetchall() if row[0] not in taken])
+        self._from_id = rows[-1][0] + 1 if len(rows) >= limit else 0
+        return rows
 
     def _record(self, worker, cursor, ordered, unordered, xid):
         """Record the batch's claim outside its transaction (see pgmsg/core/claims.py); if

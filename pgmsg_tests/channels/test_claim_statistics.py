@@ -89,3 +89,23 @@ def test_a_row_below_where_claims_start_is_not_left_behind(monkeypatch):
     assert notifications.process_batch(worker) == 51  # 50 past it, then from the start
     handled = Effect.objects.filter(listener="record_work")
     assert handled.filter(key="late").count() == 1 and handled.count() == 251
+
+
+def test_a_batch_rolled_back_for_a_failure_is_claimed_again_with_savepoints(monkeypatch):
+    """A handler's failure on the fast path rolls the batch back (batch.Redo) and the worker
+    claims again with a savepoint per row: the same rows, wherever the failed claim started,
+    so that the failure is recorded and the others commit at once, not rolled back again each
+    time a later claim from the start reaches them."""
+    monkeypatch.setattr(source, "FROM_START_INTERVAL", 3600.0)
+    pgmsg.notify_many(Work(key=f"r{i}", fail_times=1 if i == 102 else 0) for i in range(300))
+    worker = pgmsg.Worker(channel_names=["test.work"], batch_size=100)
+    [notifications] = worker.sources
+    assert worker.process(notifications) == 100  # r0..r99, claimed from the start
+    assert worker.process(notifications) == 100  # past them: r102 fails, the batch is redone
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT payload->>'key', attempts FROM pgmsg_notification WHERE channel = 'test.work'"
+        )
+        pending = dict(cursor.fetchall())
+    assert pending.pop("r102") == 1  # its failure recorded, a retry scheduled
+    assert sorted(pending, key=lambda key: int(key[1:])) == [f"r{i}" for i in range(200, 300)]

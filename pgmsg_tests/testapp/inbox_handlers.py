@@ -19,6 +19,8 @@ from pgmsg_tests.testapp.models import Effect
 
 work = pgmsg.Inbox("test.inbox", max_attempts=3, priorities={"urgent": 0, "normal": 5})
 ordered = pgmsg.Inbox("test.ordered", ordered=True, max_attempts=2)
+# No priority map: claimed in arrival order (inbox.sql, claim_unordered_fifo).
+fifo = pgmsg.Inbox("test.fifo", max_attempts=3)
 
 
 def _behave(message) -> None:
@@ -53,6 +55,18 @@ def record(message: pgmsg.InboxMessage) -> None:
             "payload": message.payload,
             "received_at": message.received_at.isoformat(),
         },
+        worker_pid=os.getpid(),
+    )
+
+
+@fifo.handler("work")
+def record_fifo(message: pgmsg.InboxMessage) -> None:
+    _behave(message)
+    Effect.objects.create(
+        channel="inbox:test.fifo",
+        key=message.message_id,
+        listener=message.type,
+        data={"attempts": message.attempts},
         worker_pid=os.getpid(),
     )
 
