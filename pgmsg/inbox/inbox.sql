@@ -55,9 +55,8 @@ FOR UPDATE OF m SKIP LOCKED;
 -- claim_unordered for an inbox without a priority map: arrival order straight off the
 -- pgmsg_inbox_pending index, without sorting every pending message, from id %(from_id)s on
 -- (0: from the start). Acknowledged messages leave their entries at the index's head until
--- vacuum comes, and a claim from the start walks them all: with an open snapshot anywhere in
--- the database (which keeps the scan from marking them dead), a one-process drain of 300,000
--- messages fell from 17,000 to 1,800 messages/s (docs/benchmarks.md, nineteenth pass). The
+-- vacuum comes, and a claim from the start walks them: read from the start after every
+-- batch, a 200,000 backlog drained at 0.15 of a 10,000 one's rate (docs/inbox.md). The
 -- worker starts past its last batch while batches come back full (source.py says when it
 -- reads from the start). The bound is a sub-select so that the planner does not read the
 -- index's head to estimate it (claim_notifications in pgmsg/channels/notifications.sql).
