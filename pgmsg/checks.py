@@ -8,6 +8,8 @@ from django.db import connections
 
 from pgmsg.channels import declarations as channels
 from pgmsg.core import conf, errors
+from pgmsg.inbox import declarations as inboxes
+from pgmsg.inbox import model_inbox
 
 
 @checks.register(checks.Tags.database, checks.Tags.compatibility)
@@ -67,3 +69,27 @@ def check_listeners(app_configs=None, **kwargs):
         for name, funcs in sorted(channels.registry.listeners.items())
         if funcs and name not in channels.registry.channels
     ]
+
+
+@checks.register()
+def check_model_inboxes(app_configs=None, **kwargs):
+    """A model inbox's claim needs an index over the unprocessed rows, or every claim reads
+    every processed row of the project's table (model_inbox.missing_claim_index)."""
+    problems = []
+    for name, spec in sorted(inboxes.registry.inboxes.items()):
+        if not isinstance(spec, model_inbox.ModelInbox):
+            continue
+        index = model_inbox.missing_claim_index(spec)
+        if index is not None:
+            label = spec.model._meta.label
+            problems.append(
+                checks.Warning(
+                    f"model inbox {name!r}: {label} has no index over its unprocessed rows; "
+                    "each claim reads the primary key's index from its start, over every "
+                    "processed row",
+                    hint=f"add to {label}.Meta.indexes (then makemigrations): {index}",
+                    obj=spec.model,
+                    id="pgmsg.W001",
+                )
+            )
+    return problems

@@ -144,3 +144,48 @@ def test_order_model_without_a_unique_key_is_refused():
             processed_field="placed_at",
         )
     assert isinstance(Order._meta.get_field("placed_at"), models.DateTimeField)
+
+
+# -- the claim's index ---------------------------------------------------------------------
+
+
+def test_a_model_without_an_index_over_its_unprocessed_rows_is_warned_with_the_index_to_add():
+    from pgmsg import checks
+    from pgmsg.inbox import declarations
+
+    pgmsg.ModelInbox(
+        "test.orders-unindexed",
+        model=Order,
+        id_field="id",
+        type_field="reference",
+        processed_field="placed_at",
+    )
+    try:
+        warned = [p for p in checks.check_model_inboxes() if p.id == "pgmsg.W001"]
+    finally:
+        declarations.registry.inboxes.pop("test.orders-unindexed")
+    assert [p.obj for p in warned] == [Order]  # WebhookEvent declares the index
+    assert "'test.orders-unindexed'" in warned[0].msg
+    assert (
+        'models.Index(fields=["id"], condition=models.Q(placed_at__isnull=True), '
+        'name="testapp_order_unprocessed")' in warned[0].hint
+    )
+
+
+def test_the_claim_reads_the_index_the_check_asks_for():
+    """With the index (pgmsg_tests' WebhookEvent declares it, as pgmsg.W001 asks), the claim
+    reads only the unprocessed rows' entries, not the primary key's over processed rows."""
+    from pgmsg.inbox import model_inbox
+    from pgmsg.inbox.declarations import registry
+
+    WebhookEvent.objects.bulk_create(
+        WebhookEvent(event_id=f"ix-{i}", kind="charge", processed_at=None if i < 5 else Now())
+        for i in range(2000)
+    )
+    claim = model_inbox.queries(registry.get("test.webhooks"))["claim"]
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE testapp_webhookevent")
+        params = {"inbox": "test.webhooks", "parts": 1, "part": 0, "limit": 100}
+        cursor.execute(f"EXPLAIN {cursor.mogrify(claim, params)}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "webhook_unprocessed" in plan, plan

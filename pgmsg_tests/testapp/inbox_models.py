@@ -15,3 +15,11 @@ class WebhookEvent(models.Model):
     class Meta:
         app_label = "testapp"
         triggers = [wake_trigger("test.webhooks")]
+        # What the claim reads (pgmsg.W001, model_inbox.missing_claim_index).
+        indexes = [
+            models.Index(
+                fields=["id"],
+                condition=models.Q(processed_at__isnull=True),
+                name="webhook_unprocessed",
+            )
+        ]
