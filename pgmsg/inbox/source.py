@@ -65,6 +65,11 @@ class InboxSource:
         self.wake_payloads = [self._wake]
         self._types = list(spec.priorities)
         self._priorities = [spec.priorities[t] for t in self._types]
+        #: The map's types by priority level, lowest number first (claim_types).
+        self._levels = [
+            sorted(t for t in self._types if spec.priorities[t] == level)
+            for level in sorted(set(self._priorities))
+        ]
         self._next_retention = 0.0
         # Where the next arrival-order claim starts (_claim_unordered): 0 is the start.
         self._from_id = 0
@@ -135,21 +140,38 @@ class InboxSource:
     def _claim_unordered(
         self, connection, cursor, params: dict[str, Any], limit: int
     ) -> list[tuple]:
-        """Claim up to ``limit`` messages outside any aggregate's order, sorted by id: by
-        priority where the inbox maps them, else in arrival order past the last batch while
-        batches come back full (claim_unordered_fifo), from the start when that finds too
-        few, after a batch came back short or left messages pending, and at least every
-        FROM_START_INTERVAL, so that none below is left behind (retries come due there, and
-        a late commit or another worker's rollback puts messages there). Unless the ordered
-        claim came first, it opens the transaction (its BEGIN in the same round trip)."""
-        params = {**params, "limit": limit, "null_aggregate_only": self.inbox.ordered}
-        if self._types:
-            (rows,) = libpq.opening_rows(connection, QUERIES["claim_unordered"], params)
-            return rows
+        """Claim up to ``limit`` messages outside any aggregate's order: the priority map's
+        levels, lowest number first, each in arrival order (claim_types), while the batch
+        has room, then the types of no level in arrival order (_claim_in_arrival_order).
+        Unless the ordered claim came first, the first statement opens the transaction (its
+        BEGIN in the same round trip)."""
+        params = {**params, "null_aggregate_only": self.inbox.ordered}
+        rows: list[tuple] = []
+        for types in self._levels:
+            (level,) = libpq.opening_rows(
+                connection,
+                QUERIES["claim_types"],
+                {**params, "types": types, "limit": limit - len(rows)},
+                varying=("limit",),
+            )
+            rows += level
+            if len(rows) >= limit:
+                return rows
+        return rows + self._claim_in_arrival_order(connection, cursor, params, limit - len(rows))
+
+    def _claim_in_arrival_order(
+        self, connection, cursor, params: dict[str, Any], limit: int
+    ) -> list[tuple]:
+        """Claim up to ``limit`` messages of the types the priority map leaves out (every type
+        without a map), sorted by id: past the last batch while batches come back full
+        (claim_unordered_fifo), from the start when that finds too few, after a batch came
+        back short or left messages pending, and at least every FROM_START_INTERVAL, so that
+        none below is left behind (retries come due there, and a late commit or another
+        worker's rollback puts messages there)."""
         now = time.monotonic()
         if now >= self._next_from_start:
             self._from_id, self._next_from_start = 0, now + FROM_START_INTERVAL
-        params["from_id"] = self._from_id
+        params = {**params, "limit": limit, "mapped": self._types, "from_id": self._from_id}
         (rows,) = libpq.opening_rows(
             connection, QUERIES["claim_unordered_fifo"], params, varying=("from_id", "limit")
         )

@@ -84,6 +84,12 @@ class InboxMessage(models.Model):
                 condition=models.Q(status="pending"),
                 name="pgmsg_inbox_pending",
             ),
+            # Claim by priority: one level's types, each a range in id order (claim_types).
+            models.Index(
+                fields=["inbox", "type", "id"],
+                condition=models.Q(status="pending"),
+                name="pgmsg_inbox_pending_type",
+            ),
             # Ordered claim and gap check: the head (lowest open id) of each aggregate.
             models.Index(
                 fields=["inbox", "aggregate_id", "id"],

@@ -97,6 +97,35 @@ def test_priority_map_lower_first_unmapped_last_then_arrival_order():
     assert order == ["p-2", "p-5", "p-1", "p-4", "p-0", "p-3", "p-6"]
 
 
+def test_a_priority_level_of_several_types_keeps_their_arrival_order_across_batches():
+    kinds = ["c", "b", "x", "a", "c", "b", "a"]  # x: in no level
+    for i, kind in enumerate(kinds):
+        pgmsg.receive("test.levels", f"l-{i}", type=kind, payload={})
+    drain("test.levels", batch_size=3)
+    handled = Effect.objects.filter(channel="inbox:test.levels").order_by("id")
+    # level 0 (a, b) in arrival order, then level 1 (c), then the rest
+    assert list(handled.values_list("key", flat=True)) == [f"l-{i}" for i in (1, 3, 5, 6, 0, 4, 2)]
+    assert InboxMessage.objects.filter(inbox="test.levels", status="pending").count() == 0
+
+
+def test_a_priority_claim_reads_one_range_of_the_index_per_type_not_every_pending_message():
+    from pgmsg.inbox import source
+
+    pgmsg.receive_many(
+        "test.levels",
+        [{"message_id": f"r-{i}", "type": "abcx"[i % 4], "payload": {}} for i in range(2000)],
+    )
+    params = {"inbox": "test.levels", "types": ["a", "b"], "limit": 100, "parts": 1, "part": 0}
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE pgmsg_inbox_message")
+        claim = cursor.mogrify(
+            source.QUERIES["claim_types"], {**params, "null_aggregate_only": False}
+        )
+        cursor.execute(f"EXPLAIN {claim}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "inbox_type_id_idx" in plan and "Seq Scan on pgmsg_inbox" not in plan, plan
+
+
 def test_partitions_split_aggregates_by_a_stable_hash_without_overlap():
     for i in range(40):
         pgmsg.receive("test.inbox", f"s-{i}", type="work", payload={}, aggregate_id=f"agg-{i % 8}")

@@ -21,6 +21,8 @@ work = pgmsg.Inbox("test.inbox", max_attempts=3, priorities={"urgent": 0, "norma
 ordered = pgmsg.Inbox("test.ordered", ordered=True, max_attempts=2)
 # No priority map: claimed in arrival order (inbox.sql, claim_unordered_fifo).
 fifo = pgmsg.Inbox("test.fifo", max_attempts=3)
+# A priority level of two types (inbox.sql, claim_types).
+levels = pgmsg.Inbox("test.levels", priorities={"a": 0, "b": 0, "c": 1})
 
 
 def _behave(message) -> None:
@@ -60,10 +62,11 @@ def record(message: pgmsg.InboxMessage) -> None:
 
 
 @fifo.handler("work")
+@levels.handler("a", "b", "c", "x")
 def record_fifo(message: pgmsg.InboxMessage) -> None:
     _behave(message)
     Effect.objects.create(
-        channel="inbox:test.fifo",
+        channel=f"inbox:{message.inbox}",
         key=message.message_id,
         listener=message.type,
         data={"attempts": message.attempts},
