@@ -1,5 +1,7 @@
 """The inbox source in one process: handlers, priority, partitions, ordering, failures."""
 
+import contextlib
+
 import psycopg
 import pytest
 from django.db import connection
@@ -395,6 +397,16 @@ def fifo_worker() -> Worker:
     return worker
 
 
+@contextlib.contextmanager
+def locked_by_another_session(message_id: str):
+    with psycopg.connect(database_url(connection.settings_dict)) as locker:
+        locker.execute(
+            "SELECT 1 FROM pgmsg_inbox_message WHERE message_id = %s FOR UPDATE", [message_id]
+        )
+        yield
+        locker.rollback()
+
+
 def pending_fifo() -> set[str]:
     rows = InboxMessage.objects.filter(inbox="test.fifo", status="pending")
     return set(rows.values_list("message_id", flat=True))
@@ -408,10 +420,8 @@ def test_claims_start_past_a_full_batch_and_still_take_what_they_passed(monkeypa
     monkeypatch.setattr("pgmsg.inbox.source.FROM_START_INTERVAL", 3600.0)
     receive_fifo(26)
     worker = fifo_worker()
-    with psycopg.connect(database_url(connection.settings_dict)) as locker:
-        locker.execute("SELECT 1 FROM pgmsg_inbox_message WHERE message_id = 'fifo-0' FOR UPDATE")
+    with locked_by_another_session("fifo-0"):
         assert worker.process(worker.sources[0]) == 10  # fifo-1..10: fifo-0 is locked
-        locker.rollback()
     assert worker.process(worker.sources[0]) == 10
     assert pending_fifo() == {"fifo-0", *(f"fifo-{i}" for i in range(21, 26))}
     assert worker.process(worker.sources[0]) == 6  # the 5 past the last batch, then fifo-0
@@ -435,9 +445,7 @@ def test_claims_read_from_the_start_at_least_every_interval(monkeypatch):
     monkeypatch.setattr("pgmsg.inbox.source.FROM_START_INTERVAL", 0.0)
     receive_fifo(21)
     worker = fifo_worker()
-    with psycopg.connect(database_url(connection.settings_dict)) as locker:
-        locker.execute("SELECT 1 FROM pgmsg_inbox_message WHERE message_id = 'fifo-0' FOR UPDATE")
+    with locked_by_another_session("fifo-0"):
         assert worker.process(worker.sources[0]) == 10
-        locker.rollback()
     worker.process(worker.sources[0])  # the interval is over: from the start, fifo-0 first
     assert pending_fifo() == {"fifo-20"}
