@@ -102,19 +102,26 @@ def missing_claim_index(spec: ModelInbox) -> str | None:
     The claim reads unprocessed rows in primary-key order; without a partial index on the
     primary key over the unprocessed rows it reads the primary key's index from its start,
     over every processed row, on every claim and every idle look (15 to 25 ms a claim with
-    200,000 processed rows, 0.26 ms with the index: docs/inbox.md). Only a DateTimeField mark
-    has such an index in Django's terms (``mark IS NULL``); a BooleanField mark's claim tests
-    ``mark IS NOT TRUE``, which no condition Django writes implies."""
+    200,000 processed rows, 0.26 ms with the index: docs/inbox.md). The claim writes its
+    condition as Django writes the condition asked for here (model_inbox.sql)."""
     meta = spec.model._meta
-    if isinstance(meta.get_field(spec.processed_field), models.BooleanField):
-        return None
-    unprocessed = models.Q(**{f"{spec.processed_field}__isnull": True})
+    mark = meta.get_field(spec.processed_field)
+    name = spec.processed_field
+    if not isinstance(mark, models.BooleanField):
+        wanted = [models.Q(**{f"{name}__isnull": True})]
+        condition = f"models.Q({name}__isnull=True)"
+    elif not mark.null:
+        wanted = [models.Q(**{name: False})]
+        condition = f"models.Q({name}=False)"
+    else:
+        null, false = models.Q(**{f"{name}__isnull": True}), models.Q(**{name: False})
+        wanted = [null | false, false | null]
+        condition = f"models.Q({name}__isnull=True) | models.Q({name}=False)"
     for index in meta.indexes:
-        if index.condition == unprocessed and index.fields[:1] in ([meta.pk.name], ["pk"]):
+        if index.condition in wanted and index.fields[:1] in ([meta.pk.name], ["pk"]):
             return None
     return (
-        f'models.Index(fields=["{meta.pk.name}"], '
-        f"condition=models.Q({spec.processed_field}__isnull=True), "
+        f'models.Index(fields=["{meta.pk.name}"], condition={condition}, '
         f'name="{meta.db_table[:18]}_unprocessed")'
     )
 
@@ -136,8 +143,11 @@ def queries(spec: ModelInbox) -> dict[str, pgsql.Composed | str]:
     def compose(name: str, **parts: pgsql.Composable) -> pgsql.Composed:
         return pgsql.SQL(QUERIES[name]).format(**idents, **parts)
 
+    unprocessed = "unprocessed_null"
+    if boolean:
+        unprocessed = "unprocessed_false_or_null" if mark_field.null else "unprocessed_false"
     fragments = {
-        "unprocessed": compose("unprocessed_false" if boolean else "unprocessed_null"),
+        "unprocessed": compose(unprocessed),
         "set_mark": compose("mark_true" if boolean else "mark_now"),
         "partition_key": compose(
             "partition_by_key" if spec.aggregate_field is None else "partition_by_aggregate"

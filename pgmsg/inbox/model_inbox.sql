@@ -1,7 +1,8 @@
 -- The statements of an inbox over a project's own model. Besides %(parameters)s they take
 -- {identifiers} and {fragments}, composed with psycopg.sql by pgmsg/inbox/model_inbox.py:
 -- {table}, {pk}, {key} (the id field's column), {mark} (the processed field's column),
--- {unprocessed} (unprocessed_null or unprocessed_false), {set_mark} (mark_now or mark_true),
+-- {unprocessed} (unprocessed_null, unprocessed_false or unprocessed_false_or_null), {set_mark}
+-- (mark_now or mark_true),
 -- {partition_key} (partition_by_key or partition_by_aggregate).
 
 -- name: claim
@@ -45,8 +46,15 @@ SELECT count(*) FROM {table} AS t WHERE t.{mark} >= now() - interval '1 minute';
 t.{mark} IS NULL
 
 -- name: unprocessed_false
--- Fragment: a BooleanField mark.
-t.{mark} IS NOT TRUE
+-- Fragment: a BooleanField mark. Each unprocessed fragment is written as Django writes the
+-- condition of the partial index that pgmsg.W001 asks for (model_inbox.missing_claim_index),
+-- so that PostgreSQL sees the claim's condition implies the index's; `IS NOT TRUE` implies
+-- no condition Django writes.
+NOT t.{mark}
+
+-- name: unprocessed_false_or_null
+-- Fragment: a nullable BooleanField mark (NULL is unprocessed too).
+(t.{mark} IS NULL OR NOT t.{mark})
 
 -- name: mark_now
 -- Fragment.

@@ -10,6 +10,7 @@ from pgmsg.core.worker import Worker
 from pgmsg.inbox import operations as inbox_ops
 from pgmsg.models import InboxMessage
 from pgmsg_tests.conftest import wait_for
+from pgmsg_tests.testapp.every_field import EveryField
 from pgmsg_tests.testapp.inbox_models import WebhookEvent
 from pgmsg_tests.testapp.models import Effect, Order
 
@@ -189,3 +190,57 @@ def test_the_claim_reads_the_index_the_check_asks_for():
         cursor.execute(f"EXPLAIN {cursor.mogrify(claim, params)}")
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "webhook_unprocessed" in plan, plan
+
+
+@pytest.fixture
+def boolean_marked():
+    """A model inbox over EveryField, processed_field its nullable BooleanField (NULL and
+    false are unprocessed), recording each handled row's pk; undeclared afterwards."""
+    from pgmsg.inbox import declarations
+
+    spec = pgmsg.ModelInbox(
+        "test.every", model=EveryField, id_field="id", type_field="char", processed_field="boolean"
+    )
+    handled = []
+    spec.handler("row")(lambda message: handled.append(message.payload.pk))
+    yield spec, handled
+    declarations.registry.inboxes.pop(spec.name)
+    declarations.registry.handlers.pop((spec.name, "row"))
+
+
+def test_a_boolean_mark_takes_null_and_false_as_unprocessed_and_its_index_is_read(
+    boolean_marked,
+):
+    from pgmsg import checks
+    from pgmsg.inbox import model_inbox
+
+    spec, handled = boolean_marked
+    rows = {mark: EveryField.objects.create(char="row", boolean=mark) for mark in (None, False)}
+    EveryField.objects.create(char="row", boolean=True)
+    [warned] = [p for p in checks.check_model_inboxes() if p.obj is EveryField]
+    condition = "models.Q(boolean__isnull=True) | models.Q(boolean=False)"
+    assert f"condition={condition}" in warned.hint
+    Worker(inboxes=["test.every"], until_idle=True, install_signal_handlers=False).run()
+    assert sorted(handled) == sorted(row.pk for row in rows.values())
+    assert EveryField.objects.filter(boolean=True).count() == 3
+
+    # The index the hint names is what the claim reads.
+    index = models.Index(
+        fields=["id"],
+        condition=models.Q(boolean__isnull=True) | models.Q(boolean=False),
+        name="every_unprocessed",
+    )
+    EveryField.objects.bulk_create(EveryField(char="row", boolean=True) for _ in range(2000))
+    with connection.schema_editor() as editor:
+        editor.add_index(EveryField, index)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE testapp_everyfield")
+            params = {"inbox": "test.every", "parts": 1, "part": 0, "limit": 100}
+            claim = cursor.mogrify(model_inbox.queries(spec)["claim"], params)
+            cursor.execute(f"EXPLAIN {claim}")
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+    finally:
+        with connection.schema_editor() as editor:
+            editor.remove_index(EveryField, index)
+    assert "every_unprocessed" in plan, plan
