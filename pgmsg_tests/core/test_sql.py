@@ -25,6 +25,7 @@ COMPUTED = {}
 FRAGMENTS = {
     "unprocessed_null",
     "unprocessed_false",
+    "unprocessed_false_or_null",
     "mark_now",
     "mark_true",
     "partition_by_key",
