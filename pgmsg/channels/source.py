@@ -14,6 +14,7 @@ from pgmsg.channels import declarations as channels
 from pgmsg.channels import triggers
 from pgmsg.core import batch, claims, errors, libpq, payloads, sources, sql
 from pgmsg.core import worker as worker_module
+from pgmsg.core.claim_start import ClaimStart
 from pgmsg.core.sources import Worker
 
 logger = logging.getLogger(__name__)
@@ -61,14 +62,8 @@ class NotificationSource:
         self._specs = {name: channels.registry.get(name) for name in self.names}
         #: Per channel: payload text -> the listeners' argument (one call a message).
         self._decoders = {name: _decoder(spec) for name, spec in self._specs.items()}
-        # While batches come back full, the next claim starts past the last one (its index
-        # read then skips the entries of the rows deleted before, which lie at the index's
-        # head until vacuum), with a read from the start at least every FROM_START_INTERVAL
-        # and as soon as a batch comes back short, so that rows below it are not left
-        # behind: retries come due there, and a late commit or another worker's rollback
-        # puts rows there.
-        self._from_id = 0
-        self._next_from_start = 0.0
+        #: Past the last full batch while batches come back full (core/claim_start.py).
+        self._start = ClaimStart(FROM_START_INTERVAL)
         #: The running batch's messages by row id, decoded while its claim record travelled
         #: (or _Undecodable); empty between batches.
         self._decoded: dict[int, object] = {}
@@ -106,7 +101,7 @@ class NotificationSource:
             except batch.Redo:
                 # Rolled back for a handler's failure: the claim with a savepoint per row
                 # (Worker.process) must take these rows again, not the ones past them.
-                self._from_id = rows[0].id
+                self._start.again_from(rows[0].id)
                 raise
             finally:
                 self._decoded = {}
@@ -117,7 +112,7 @@ class NotificationSource:
                 left = [row for row in rows if row.id not in done]
             if left:
                 cursor.execute(QUERIES["restore_notifications"], _restore_params(left, failures))
-                self._from_id = 0  # they are back below where the next claim would start
+                self._start.from_start()  # back below where the next claim would start
         worker.handled += len(result.done)
         full = len(rows) >= worker.batch_size
         if full and self._refresh_statistics and time.monotonic() >= self._next_statistics_check:
@@ -132,20 +127,18 @@ class NotificationSource:
         back full, else (or when that finds too few, or every FROM_START_INTERVAL) from the
         start of the index. The first claim opens the transaction (with its BEGIN, one round
         trip: libpq.opening_rows)."""
-        now = time.monotonic()
-        if now >= self._next_from_start:
-            self._from_id, self._next_from_start = 0, now + FROM_START_INTERVAL
-        params = {"channels": self.names, "limit": limit, "from_id": self._from_id}
+        from_id = self._start.next()
+        params = {"channels": self.names, "limit": limit, "from_id": from_id}
         (fetched,) = libpq.opening_rows(
             connection, QUERIES["claim_notifications"], params, varying=("from_id",)
         )
-        if len(fetched) < limit and self._from_id:
+        if len(fetched) < limit and from_id:
             # Rows the first read took are deleted in this transaction: not read again.
             params.update(limit=limit - len(fetched), from_id=0)
             cursor.execute(QUERIES["claim_notifications"], params)
             fetched += cursor.fetchall()
         fetched.sort()  # by id: the order of the claim's RETURNING is not defined
-        self._from_id = fetched[-1][0] + 1 if len(fetched) >= limit else 0
+        self._start.claimed(fetched, limit)
         return fetched
 
     def _isolate_suspect(self, worker, cursor, rows, crashes):

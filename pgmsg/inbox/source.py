@@ -13,6 +13,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from pgmsg.core import batch, claims, conf, errors, horizon, libpq, payloads, sources, sql
+from pgmsg.core.claim_start import ClaimStart
 from pgmsg.core.sources import Worker
 from pgmsg.inbox import declarations as inbox
 from pgmsg.inbox import operations, retention
@@ -71,9 +72,8 @@ class InboxSource:
             for level in sorted(set(self._priorities))
         ]
         self._next_retention = 0.0
-        # Where the next arrival-order claim starts (_claim_unordered): 0 is the start.
-        self._from_id = 0
-        self._next_from_start = 0.0
+        #: Where the next arrival-order claim starts (core/claim_start.py).
+        self._start = ClaimStart(FROM_START_INTERVAL)
 
     def wants(self, wake_payload: str) -> bool:
         return wake_payload == self._wake
@@ -123,11 +123,12 @@ class InboxSource:
             except batch.Redo:
                 # Rolled back for a handler's failure: the claim with a savepoint per message
                 # (Worker.process) must take these messages again, not the ones past them.
-                self._from_id = min(claimed_unordered, default=self._from_id)
+                if claimed_unordered:
+                    self._start.again_from(min(claimed_unordered))
                 raise
             self._settle(cursor, outcome, verdicts, received)
             if claimed_unordered - {m.id for m in outcome.done}:
-                self._from_id = 0  # failed or left: pending again below the next claim's start
+                self._start.from_start()  # failed or left: pending again below its start
             if suspect is not None and (
                 verdicts
                 or suspect in outcome.done
@@ -168,14 +169,12 @@ class InboxSource:
         back short or left messages pending, and at least every FROM_START_INTERVAL, so that
         none below is left behind (retries come due there, and a late commit or another
         worker's rollback puts messages there)."""
-        now = time.monotonic()
-        if now >= self._next_from_start:
-            self._from_id, self._next_from_start = 0, now + FROM_START_INTERVAL
-        params = {**params, "limit": limit, "mapped": self._types, "from_id": self._from_id}
+        from_id = self._start.next()
+        params = {**params, "limit": limit, "mapped": self._types, "from_id": from_id}
         (rows,) = libpq.opening_rows(
             connection, QUERIES["claim_unordered_fifo"], params, varying=("from_id", "limit")
         )
-        if len(rows) < limit and self._from_id:
+        if len(rows) < limit and from_id:
             # The rows just claimed are still pending to this transaction (locked, not yet
             # acknowledged): where the read from the start reaches them, they are left out.
             taken = {row[0] for row in rows}
@@ -184,7 +183,7 @@ class InboxSource:
                 {**params, "limit": limit - len(rows), "from_id": 0},
             )
             rows = sorted(rows + [row for row in cursor.fetchall() if row[0] not in taken])
-        self._from_id = rows[-1][0] + 1 if len(rows) >= limit else 0
+        self._start.claimed(rows, limit)
         return rows
 
     def _record(self, worker, cursor, ordered, unordered, xid):
