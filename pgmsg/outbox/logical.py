@@ -33,7 +33,7 @@ from pgmsg.outbox import declarations, slots
 from pgmsg.outbox.destinations.base import Envelope
 from pgmsg.outbox.relay import OutboxRelay
 
-#: Peeks tried while the slot is busy before the relay leaves it to its next round.
+#: Peeks or advances tried while the slot is busy before the relay leaves it to its next round.
 SLOT_BUSY_TRIES = 5
 
 logger = logging.getLogger("pgmsg.outbox")
@@ -114,6 +114,8 @@ class LogicalRelay(OutboxRelay):
         self._quiet_at: str | None = None
         #: pg_log_standby_snapshot() exists (PostgreSQL 16+) and this user may call it.
         self._can_log_snapshot = False
+        #: The end of what was published but not confirmed yet, the slot being busy then.
+        self._unconfirmed: str | None = None
 
     def process_batch(self, worker: Worker) -> int:
         self.maintain(worker)
@@ -133,6 +135,9 @@ class LogicalRelay(OutboxRelay):
         connection.ensure_connection()
         if self._ready_on is connection.connection:
             return
+        # A new session may have let go of the outbox meanwhile, and another relay moved the
+        # slot on: advancing to an older position would fail. The slot's own position rules.
+        self._unconfirmed = None
         slot = slots.slot_name(self.outbox.name, using=using)
         with connection.cursor() as cursor:
             cursor.execute(QUERIES["server"], {"slot": slot, "publication": PUBLICATION})
@@ -171,6 +176,9 @@ class LogicalRelay(OutboxRelay):
 
     def _relay_slot(self, worker: Worker) -> int:
         db = worker.database
+        # Published last round, the slot busy: confirm before peeking, or it is sent twice.
+        if self._unconfirmed is not None and not self._confirm(db, self._unconfirmed):
+            return 0
         with connections[db].cursor() as cursor:
             # Each peek decodes again from the slot's restart position: an idle relay's many
             # looks (the worker lingers before sleeping) skip it while no WAL was flushed.
@@ -178,20 +186,9 @@ class LogicalRelay(OutboxRelay):
             flushed = cursor.fetchone()[0]
             if flushed == self._quiet_at:
                 return 0
-            for attempt in range(1, SLOT_BUSY_TRIES + 1):
-                try:
-                    cursor.execute(QUERIES["peek"], {"slot": self.slot, "limit": worker.batch_size})
-                    break
-                except DatabaseError as exc:
-                    if getattr(exc.__cause__, "sqlstate", None) != slots.SLOT_IN_USE:
-                        self._raise_if_lost(db)  # invalidated while the relay ran
-                        raise
-                    # Another session reads the slot this instant (health's look at the
-                    # oldest unrelayed message, a peek by hand). Not an outage: raising would
-                    # make the worker reconnect and let go of the outbox's partitions.
-                    if attempt == SLOT_BUSY_TRIES:
-                        return 0  # looked at again at the next round
-                    time.sleep(0.01 * attempt)
+            peek = {"slot": self.slot, "limit": worker.batch_size}
+            if not self._on_slot(db, cursor, QUERIES["peek"], peek):
+                return 0  # looked at again at the next round
             rows = cursor.fetchall()
         if not rows:
             self._quiet_at = flushed
@@ -210,16 +207,39 @@ class LogicalRelay(OutboxRelay):
             if any(e.id not in settled for e in messages):
                 break
             confirm = end_lsn
-        if confirm is not None:
-            with connections[db].cursor() as cursor:
-                advance = "advance_and_log_snapshot" if self._can_log_snapshot else "advance"
-                cursor.execute(
-                    QUERIES[advance], {"slot": self.slot, "lsn": confirm, "gap": RESTART_GAP}
-                )
+        confirmed = confirm is not None and self._confirm(db, confirm)
         worker.handled += len(sent)
         # The whole peek was confirmed: there may be more behind it. Something held the slot
-        # back (a broker down, a stop): do not spin on it.
-        return len(rows) if transactions and confirm == transactions[-1][0] else 0
+        # back (a broker down, a stop, a busy slot): do not spin on it.
+        return len(rows) if confirmed and confirm == transactions[-1][0] else 0
+
+    def _confirm(self, db: str, lsn: str) -> bool:
+        """Move the slot to ``lsn``. While another session keeps the slot busy, remember
+        ``lsn``: the next round (a wake, or the sweep) confirms it before reading on."""
+        advance = "advance_and_log_snapshot" if self._can_log_snapshot else "advance"
+        with connections[db].cursor() as cursor:
+            done = self._on_slot(
+                db, cursor, QUERIES[advance], {"slot": self.slot, "lsn": lsn, "gap": RESTART_GAP}
+            )
+        self._unconfirmed = None if done else lsn
+        return done
+
+    def _on_slot(self, db: str, cursor, query: str, params: dict) -> bool:
+        """Run a query that acquires the slot (a peek, an advance); False when another session
+        kept the slot busy through every try: health's look at the oldest unrelayed message, a
+        peek by hand. Busy is not an outage: raising would make the worker reconnect and let go
+        of the outbox's partitions, and with them the lock that keeps drop-slot away."""
+        for attempt in range(1, SLOT_BUSY_TRIES + 1):
+            try:
+                cursor.execute(query, params)
+                return True
+            except DatabaseError as exc:
+                if getattr(exc.__cause__, "sqlstate", None) != slots.SLOT_IN_USE:
+                    self._raise_if_lost(db)  # invalidated while the relay ran
+                    raise
+                if attempt < SLOT_BUSY_TRIES:
+                    time.sleep(0.01 * attempt)
+        return False
 
     def _held_back(self, db: str, envelopes: list[Envelope]):
         """(keys with rows in the outbox table, the envelopes to relay, the copies to skip).

@@ -129,7 +129,9 @@ SELECT (SELECT count(*) FROM discarded), (SELECT count(*) FROM woken);
 
 -- name: health
 -- Per outbox: pending, dead, age of the oldest pending message, and the partitions a relay
--- holds now (session advisory locks in pg_locks; classid is the lock space as an oid).
+-- holds now (session advisory locks in pg_locks; classid is the lock space as an oid). Only
+-- this database's: pg_locks lists the whole server's, and a relay of an outbox of the same
+-- name in another database holds nothing here (drop-slot's lock would be granted).
 SELECT o.outbox,
        (SELECT count(*) FROM pgmsg_outbox_message WHERE outbox = o.outbox AND status = 'pending'),
        (SELECT count(*) FROM pgmsg_outbox_message WHERE outbox = o.outbox AND status = 'dead'),
@@ -138,6 +140,8 @@ SELECT o.outbox,
                 0)::float8,
        ARRAY(SELECT l.objid::int FROM pg_locks AS l
              WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+               AND l.database = (SELECT oid FROM pg_database
+                                 WHERE datname = current_database())
                AND l.classid::bigint
                    = (hashtext('pgmsg.outbox:' || o.outbox)::bigint & 4294967295)
              ORDER BY 1)

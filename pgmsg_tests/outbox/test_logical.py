@@ -421,6 +421,8 @@ def test_drop_slot_lists_what_it_would_lose_refuses_while_a_relay_holds_it_and_a
     with pytest.raises(CommandError, match="a relay holds outbox"):
         call_command("pgmsg_outbox", "drop-slot", RECORDED, "--yes", stdout=StringIO())
     assert slot_state(RECORDED) is not None
+    # A reconnect lets go of the lock drop-slot checks (test_logical_relay_lock.py).
+    assert "reconnecting" not in workers.log(relay_proc)
     os.killpg(relay_proc.pid, signal.SIGTERM)
     relay_proc.wait()
 
