@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import statistics
+import time
 from pathlib import Path
 
 import psycopg
@@ -72,3 +73,17 @@ def cpu_us_per(pid: int, started: float | None, count: int) -> float | None:
     if started is None or now is None:
         return None
     return (now - started) / count * 1e6
+
+
+def wait_listening(url: str, query: str) -> None:
+    """Until a session of ``url``'s database runs ``query`` (a LISTEN), 60 s at most."""
+    deadline = time.time() + 60
+    with psycopg.connect(url, autocommit=True) as conn:
+        while not conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+            "current_database() AND query = %s",
+            [query],
+        ).fetchone()[0]:
+            if time.time() > deadline:
+                raise SystemExit(f"no session ran {query!r} within 60 s")
+            time.sleep(0.05)

@@ -331,19 +331,6 @@ def raw_listener(url: str) -> None:
                 last = id_
 
 
-def wait_listening(url: str, query: str) -> None:
-    deadline = time.time() + 60
-    with psycopg.connect(url, autocommit=True) as conn:
-        while not conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = "
-            "current_database() AND query = %s",
-            [query],
-        ).fetchone()[0]:
-            if time.time() > deadline:
-                raise SystemExit(f"no session ran {query!r} within 60 s")
-            time.sleep(0.05)
-
-
 def percentiles(lags: list[float]) -> str:
     ms = sorted(x * 1000 for x in lags)
     q = statistics.quantiles(ms, n=100, method="inclusive")
@@ -363,7 +350,7 @@ def lag(url: str, count: int, gap: float) -> tuple[tuple[float, str], tuple[floa
 
         worker = context.Process(target=run_worker, args=(url,))
         worker.start()
-        wait_listening(url, 'LISTEN "pgmsg"')
+        common.wait_listening(url, 'LISTEN "pgmsg"')
         time.sleep(1)  # the worker's start-up sweep
         started = common.cpu_seconds(worker.pid)
         for i in range(count):
@@ -378,7 +365,7 @@ def lag(url: str, count: int, gap: float) -> tuple[tuple[float, str], tuple[floa
 
         listener = context.Process(target=raw_listener, args=(url,))
         listener.start()
-        wait_listening(url, "LISTEN raw_lag")
+        common.wait_listening(url, "LISTEN raw_lag")
         started = common.cpu_seconds(listener.pid)
         for _ in range(count):
             with conn.transaction():

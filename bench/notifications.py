@@ -6,7 +6,8 @@ start to last message handled, every message checked to be handled exactly once)
 commit-to-handler latency p50/p95/p99 on an idle worker (from the moment the producer's
 COMMIT returned, as the peer harness measures it); and, measured in the same run on the
 same server with plain psycopg: INSERT rates and claim-with-SKIP-LOCKED-and-delete rates, one
-row per transaction and 100 per transaction, with 1 and 2 consumers.
+row per transaction and 100 per transaction, with 1 and 2 consumers, and the same latency from
+INSERT + NOTIFY to a LISTENing psycopg process that claims and deletes.
 
     python bench/notifications.py [--n 10000] [--latency-count 300]
 
@@ -51,6 +52,62 @@ def raw_fill(url: str, n: int) -> None:
         with conn.cursor() as cur, cur.copy("COPY raw_q (payload) FROM STDIN") as copy:
             for i in range(n):
                 copy.write_row([json.dumps({"seq": i})])
+
+
+def raw_listen(url: str, results: str) -> None:
+    """The raw idle worker of raw_latency: LISTEN, and on each NOTIFY claim and delete what is
+    there as raw_consume does (json.loads each payload), appending "seq time" lines to
+    ``results`` when each row is handled."""
+    with psycopg.connect(url, autocommit=True) as conn, open(results, "a", buffering=1) as out:
+        conn.execute("LISTEN raw_wake")
+        while True:
+            # Leave the notifies() generator before using the connection again.
+            if not list(conn.notifies(timeout=1.0, stop_after=1)):
+                continue
+            while True:
+                with conn.transaction():
+                    rows = conn.execute(
+                        "DELETE FROM raw_q WHERE id IN (SELECT id FROM raw_q ORDER BY id "
+                        "FOR UPDATE SKIP LOCKED LIMIT 100) RETURNING payload::text"
+                    ).fetchall()
+                    for (payload,) in rows:
+                        out.write(f"{json.loads(payload)['seq']} {time.time()}\n")
+                if len(rows) < 100:
+                    break
+
+
+def raw_latency(url: str, count: int, gap: float) -> list[float]:
+    """What latency() measures, for the raw ceiling: INSERT + NOTIFY in one transaction, to a
+    LISTENing psycopg process that claims and deletes (sorted, in ms)."""
+    with tempfile.TemporaryDirectory() as handled_dir:
+        results = os.path.join(handled_dir, "raw")
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(RAW_SCHEMA)
+            listener = multiprocessing.get_context("spawn").Process(
+                target=raw_listen, args=(url, results)
+            )
+            listener.start()
+            try:
+                common.wait_listening(url, "LISTEN raw_wake")
+                committed = {}
+                for i in range(count):
+                    with conn.transaction():
+                        conn.execute(
+                            "INSERT INTO raw_q (payload) VALUES (%s)", [json.dumps({"seq": i})]
+                        )
+                        conn.execute("NOTIFY raw_wake")
+                    committed[i] = time.time()
+                    time.sleep(gap)
+                while conn.execute("SELECT count(*) FROM raw_q").fetchone()[0]:
+                    if not listener.is_alive():
+                        raise SystemExit("the raw listener died (see above)")
+                    time.sleep(0.01)
+            finally:
+                listener.terminate()
+                listener.join()
+        with open(results) as lines:
+            handled = [line.split() for line in lines]
+    return sorted((float(at) - committed[int(seq)]) * 1000 for seq, at in handled)
 
 
 def raw_consume(url: str, limit: int) -> None:
@@ -323,13 +380,26 @@ def main() -> None:
     print(f"\n{check_cost}")
     cpu: list[float] = []
     lat = latency(url, args.latency_count, args.latency_gap_ms / 1000, cpu)
-    summary.record("notification commit-to-handler p50, idle worker", pct(lat, 50), unit="ms")
-    summary.record("notification commit-to-handler p99, idle worker", pct(lat, 99), unit="ms")
+    raw = raw_latency(url, args.latency_count, args.latency_gap_ms / 1000)
+    for p in (50, 99):
+        summary.record(
+            f"notification commit-to-handler p{p}, idle worker",
+            pct(lat, p),
+            pct(raw, p),
+            unit="ms",
+        )
     print(
         f"\ncommit-to-handler latency, idle worker, {len(lat)} messages "
-        f"{args.latency_gap_ms:.0f} ms apart: p50 {pct(lat, 50):.2f} ms  "
-        f"p95 {pct(lat, 95):.2f} ms  p99 {pct(lat, 99):.2f} ms  max {max(lat):.2f} ms"
+        f"{args.latency_gap_ms:.0f} ms apart: pgmsg {percentiles(lat)}"
         + "".join(f"   worker CPU {c:,.0f} us/message" for c in cpu)
+        + f"\n  raw INSERT + NOTIFY to a LISTENing psycopg process that claims: {percentiles(raw)}"
+    )
+
+
+def percentiles(lat: list[float]) -> str:
+    return (
+        f"p50 {pct(lat, 50):.2f} ms  p95 {pct(lat, 95):.2f} ms  p99 {pct(lat, 99):.2f} ms  "
+        f"max {max(lat):.2f} ms"
     )
 
 

@@ -2,10 +2,12 @@
 
 With no worker idle, notify() sends no NOTIFY, so its gap to a plain INSERT is cost per call.
 This splits it: client CPU (this Python process) and server CPU (the backend serving it, from
-/proc) per call, for a ladder of variants from a plain INSERT to pgmsg.notify(): the table, its
-wake trigger as an SQL producer meets it, then the one call notify() makes (pgmsg_send(),
-prepared, then bound on the client as notify() sends it), through Django's cursor wrapper
-(which notify() skips unless asked), and notify() itself. synchronous_commit is off in these
+/proc) per call, for a ladder of variants from a plain INSERT to pgmsg.notify(): the plain
+INSERT prepared (psycopg's default, the ceiling of bench/wakeups.py) and not (Django's
+default), then pgmsg_notification's columns and indexes, its insert in a PL/pgSQL function,
+pgmsg_send's wake check, the row trigger's WHEN (pgmsg_send() itself), each prepared; then
+pgmsg_send() not prepared as notify() sends it, an SQL producer's INSERT, Django's cursor
+wrapper (which notify() skips unless asked), and notify() itself. synchronous_commit is off in these
 sessions so that the figures are CPU, not waiting for the WAL flush. With 2 cores and 8 or
 more producers the machine is CPU-bound, so the ratio of these sums is about the ratio of
 commit rates there.
@@ -20,6 +22,7 @@ re-creates; nothing else is touched.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -35,20 +38,29 @@ from bench import common  # noqa: E402
 
 SCRATCH_DB = "pgmsg_bench_notify_cost"
 
-# Copies of pgmsg_notification with less on them, and the plain table of bench/wakeups.py.
+# Copies of pgmsg_notification with less on them, the plain table of bench/wakeups.py, and
+# pgmsg_send's insert in a function of its own, without and with its wake check (migration
+# 0021's pgmsg_send on the copy without a trigger).
 SCHEMA = """
 CREATE TABLE raw_plain (id bigserial PRIMARY KEY, channel text NOT NULL, payload jsonb NOT NULL);
 CREATE TABLE copy_pkey_only (LIKE pgmsg_notification INCLUDING DEFAULTS INCLUDING IDENTITY);
 ALTER TABLE copy_pkey_only ADD PRIMARY KEY (id);
 CREATE TABLE copy_no_trigger (LIKE pgmsg_notification INCLUDING ALL);
-CREATE TABLE copy_statement_trigger (LIKE pgmsg_notification INCLUDING ALL);
-CREATE FUNCTION copy_statement_wake() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN PERFORM pgmsg_wake(c.channel) FROM (SELECT DISTINCT channel FROM new_rows) AS c;
-RETURN NULL; END $$;
-CREATE TRIGGER copy_statement_wake AFTER INSERT ON copy_statement_trigger
-    REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION copy_statement_wake();
+CREATE FUNCTION copy_insert(channel_name text, payload_text text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE sent bigint;
+BEGIN
+    INSERT INTO copy_no_trigger (channel, payload)
+    VALUES (channel_name, payload_text::jsonb) RETURNING id INTO sent;
+    RETURN sent;
+END $$;
 """
-TABLES = "raw_plain, copy_pkey_only, copy_no_trigger, copy_statement_trigger, pgmsg_notification"
+COPY_SEND = (
+    importlib.import_module("pgmsg.migrations.0021_notify_send_inline_wake")
+    .SEND_FUNCTION.replace("FUNCTION pgmsg_send(", "FUNCTION copy_send(")
+    .replace("INSERT INTO pgmsg_notification", "INSERT INTO copy_no_trigger")
+)
+TABLES = "raw_plain, copy_pkey_only, copy_no_trigger, pgmsg_notification"
 
 
 def backend_cpu(pid: int) -> float:
@@ -69,11 +81,15 @@ def main() -> None:
 
     import pgmsg
     from bench.benchapp.listeners import Tick
+    from pgmsg.channels import sending
+    from pgmsg.core import libpq
 
-    raw = psycopg.connect(url, autocommit=True)
+    raw = psycopg.connect(url, autocommit=True)  # prepares a statement on its 5th use
     raw.execute(SCHEMA)
-    raw.execute("SET synchronous_commit = off")
-    raw_pid = raw.info.backend_pid
+    raw.execute(COPY_SEND)
+    unprepared = psycopg.connect(url, autocommit=True, prepare_threshold=None)
+    for conn in (raw, unprepared):
+        conn.execute("SET synchronous_commit = off")
     with connection.cursor() as cursor:
         cursor.execute("SET synchronous_commit = off")
     django_pid = connection.connection.info.backend_pid
@@ -81,6 +97,7 @@ def main() -> None:
 
     payload = json.dumps({"seq": 0, "ts": 0.0})
     params = {"channel": "bench.tick", "payload": payload}
+    plain = "INSERT INTO raw_plain (channel, payload) VALUES ('bench.tick', %s)"
 
     def insert(table: str) -> str:
         return (
@@ -88,25 +105,28 @@ def main() -> None:
             "RETURNING id"
         )
 
-    send = "SELECT pgmsg_send(%(channel)s, %(payload)s)"
-    bound_on_client = psycopg.ClientCursor(raw)
+    def call_of(function: str) -> str:
+        return f"SELECT {function}(%(channel)s, %(payload)s)"
 
-    def client_send() -> None:
-        bound_on_client.execute(send, params)
-        bound_on_client.fetchone()
+    def libpq_send() -> None:
+        libpq.one_value(unprepared, sending._SEND_STATEMENT, [params["channel"], payload])
 
     def django_send() -> None:
         with connection.cursor() as cursor:
-            cursor.execute(send, params)
+            cursor.execute(call_of("pgmsg_send"), params)
             cursor.fetchone()
 
+    raw_pid, unprepared_pid = raw.info.backend_pid, unprepared.info.backend_pid
     ladder = [
         (
             "plain INSERT, 1 index (bench/wakeups.py's ceiling)",
             raw_pid,
-            lambda: raw.execute(
-                "INSERT INTO raw_plain (channel, payload) VALUES ('bench.tick', %s)", [payload]
-            ),
+            lambda: raw.execute(plain, [payload]),
+        ),
+        (
+            "the same, not prepared (as Django's default sends)",
+            unprepared_pid,
+            lambda: unprepared.execute(plain, [payload]),
         ),
         (
             "+ pgmsg_notification's columns, RETURNING id",
@@ -119,18 +139,31 @@ def main() -> None:
             lambda: raw.execute(insert("copy_no_trigger"), params).fetchone(),
         ),
         (
-            "+ the statement wake trigger before 0016 (for comparison)",
+            "+ the insert in a PL/pgSQL function",
             raw_pid,
-            lambda: raw.execute(insert("copy_statement_trigger"), params).fetchone(),
+            lambda: raw.execute(call_of("copy_insert"), params).fetchone(),
         ),
         (
-            "+ its wake trigger (an SQL producer's INSERT)",
+            "+ pgmsg_send's wake check (no row trigger)",
+            raw_pid,
+            lambda: raw.execute(call_of("copy_send"), params).fetchone(),
+        ),
+        (
+            "pgmsg_send() (+ the row trigger's WHEN)",
+            raw_pid,
+            lambda: raw.execute(call_of("pgmsg_send"), params).fetchone(),
+        ),
+        (
+            "the same, not prepared, through libpq (as notify() sends it)",
+            unprepared_pid,
+            libpq_send,
+        ),
+        (
+            "an SQL producer's INSERT (the row trigger wakes)",
             raw_pid,
             lambda: raw.execute(insert("pgmsg_notification"), params).fetchone(),
         ),
-        ("pgmsg_send() instead, prepared", raw_pid, lambda: raw.execute(send, params).fetchone()),
-        ("pgmsg_send(), client-side binding (as notify() sends it)", raw_pid, client_send),
-        ("+ Django's cursor wrapper", django_pid, django_send),
+        ("pgmsg_send() through Django's cursor wrapper", django_pid, django_send),
         ("pgmsg.notify()", django_pid, lambda: pgmsg.notify(Tick(seq=1))),
     ]
     results: dict[str, list[tuple[float, float]]] = {}
@@ -152,14 +185,14 @@ def main() -> None:
         f"{os.getloadavg()[0]:.1f}; {args.calls} calls x {args.reps} reps, lowest shown; "
         f"Django OPTIONS prepare_threshold={connection.connection.prepare_threshold}"
     )
-    print(f"\n{'variant':<56} {'client us':>9} {'server us':>9} {'sum':>6} {'vs plain':>8}")
+    print(f"\n{'variant':<62} {'client us':>9} {'server us':>9} {'sum':>6} {'vs plain':>8}")
     plain = None
     for label, runs in results.items():
         client = min(c for c, _ in runs)
         backend = min(b for _, b in runs)
         plain = plain or client + backend
         print(
-            f"{label:<56} {client:>9.1f} {backend:>9.1f} {client + backend:>6.1f} "
+            f"{label:<62} {client:>9.1f} {backend:>9.1f} {client + backend:>6.1f} "
             f"{plain / (client + backend):>8.2f}"
         )
 

@@ -7,6 +7,12 @@ and pgmsg's notify() (one message per transaction, Django autocommit) with no wo
 and with one `listen` worker draining the channel meanwhile. Then commit-to-handler latency on
 an idle worker. Each measurement runs --reps times; min / median / max are printed.
 
+The plain INSERT runs on psycopg's defaults, which prepare a statement on its fifth use (the
+server then skips its parse and plan); Django turns that off unless its OPTIONS set
+prepare_threshold. So two more producers compare like with like: plain INSERT with psycopg's
+prepared statements off (as on Django's default connection), and notify() with Django's
+OPTIONS prepare_threshold=5 (against the plain INSERT on psycopg's defaults).
+
     python bench/wakeups.py [--seconds 3] [--reps 3] [--writers 1,8,32]
 
 Uses DATABASE_URL's server (or the embedded default) and a scratch database that it drops
@@ -47,15 +53,22 @@ CREATE TRIGGER raw_notify_wake AFTER INSERT ON raw_notify
 """
 
 
+#: The producers, by kind: what each sends in its transactions.
+KINDS = ("plain", "plain-unprepared", "notify", "pgmsg", "pgmsg-prepared", "pgmsg+worker")
+
+
 def _produce(kind: str, url: str, start, deadline_box, counts) -> None:
     """One producer process: one row per transaction until the deadline."""
     payload = json.dumps({"seq": 0, "ts": 0.0})
-    if kind == "pgmsg":
+    if kind.startswith("pgmsg"):
         from django.db import connection
 
         import pgmsg
         from bench.benchapp.listeners import Tick
 
+        if kind == "pgmsg-prepared":
+            options = connection.settings_dict.setdefault("OPTIONS", {})
+            options["prepare_threshold"] = 5
         connection.ensure_connection()
         start.wait()
         deadline, n = deadline_box.value, 0
@@ -64,9 +77,10 @@ def _produce(kind: str, url: str, start, deadline_box, counts) -> None:
             n += 1
         connection.close()
     else:
-        table = {"plain": "raw_plain", "notify": "raw_notify"}[kind]
+        table = "raw_notify" if kind == "notify" else "raw_plain"
         statement = f"INSERT INTO {table} (channel, payload) VALUES ('bench.tick', %s)"
-        with psycopg.connect(url, autocommit=True) as conn:
+        prepare = {"prepare_threshold": None} if kind == "plain-unprepared" else {}
+        with psycopg.connect(url, autocommit=True, **prepare) as conn:
             start.wait()
             deadline, n = deadline_box.value, 0
             while time.time() < deadline:
@@ -110,7 +124,7 @@ def run(url: str, writers_list: list[int], seconds: float, reps: int) -> list[di
         rates: dict[str, list[float]] = {}
         for _ in range(reps):
             rep = {}
-            for kind in ("plain", "notify", "pgmsg", "pgmsg+worker"):
+            for kind in KINDS:
                 truncate(url)
                 if kind == "pgmsg+worker":
                     with tempfile.TemporaryDirectory() as handled:
@@ -124,6 +138,11 @@ def run(url: str, writers_list: list[int], seconds: float, reps: int) -> list[di
             for kind, rate in rep.items():
                 rates.setdefault(kind, []).append(rate)
                 rates.setdefault(kind + "/plain", []).append(rate / rep["plain"])
+            # notify() on Django's default connection against the plain INSERT on the same
+            # terms (no prepared statements).
+            rates.setdefault("pgmsg/plain-unprepared", []).append(
+                rep["pgmsg"] / rep["plain-unprepared"]
+            )
         results.append({"writers": writers, "rates": rates})
     return results
 
@@ -154,8 +173,10 @@ def main() -> None:
     results = run(url, [int(w) for w in args.writers.split(",")], args.seconds, args.reps)
     labels = {
         "plain": "plain INSERT, 1 row/tx (ceiling)",
+        "plain-unprepared": "plain INSERT, 1 row/tx, not prepared",
         "notify": "INSERT + statement-trigger NOTIFY, 1 row/tx",
         "pgmsg": "pgmsg notify(), 1 msg/tx, no worker",
+        "pgmsg-prepared": "pgmsg notify(), 1 msg/tx, prepare_threshold=5",
         "pgmsg+worker": "pgmsg notify(), 1 msg/tx, 1 listen worker draining",
     }
     print(f"\n{'W':>3}  {'producer':<52} {'commits/s (min med max)':>29}  ratio to plain")
@@ -164,9 +185,24 @@ def main() -> None:
         for kind, label in labels.items():
             ratio = "" if kind == "plain" else spread(rates[kind + "/plain"], ".2f")
             print(f"{result['writers']:>3}  {label:<52} {spread(rates[kind])}  {ratio}")
+        print(
+            f"{'':>3}  {'notify() to plain INSERT, neither prepared':<52} {'':>29}  "
+            f"{spread(rates['pgmsg/plain-unprepared'], '.2f')}"
+        )
+        w = result["writers"]
         summary.record(
-            f"notify(), 1 msg/tx, W={result['writers']} producers, no worker (vs plain INSERT)",
+            f"notify(), 1 msg/tx, W={w} producers, no worker (vs plain INSERT)",
             statistics.median(rates["pgmsg"]),
+            statistics.median(rates["plain"]),
+        )
+        summary.record(
+            f"notify(), 1 msg/tx, W={w}, neither prepared (vs plain INSERT not prepared)",
+            statistics.median(rates["pgmsg"]),
+            statistics.median(rates["plain-unprepared"]),
+        )
+        summary.record(
+            f"notify(), 1 msg/tx, W={w}, OPTIONS prepare_threshold=5 (vs plain INSERT)",
+            statistics.median(rates["pgmsg-prepared"]),
             statistics.median(rates["plain"]),
         )
     truncate(url)
