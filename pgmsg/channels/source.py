@@ -129,8 +129,14 @@ class NotificationSource:
         trip: libpq.opening_rows)."""
         from_id = self._start.next()
         params = {"channels": self.names, "limit": limit, "from_id": from_id}
+        # Prepared: the worker's connection is a session of its own (see opening_rows), and
+        # the claim's plan does not look at from_id (a sub-select).
         (fetched,) = libpq.opening_rows(
-            connection, QUERIES["claim_notifications"], params, varying=("from_id",)
+            connection,
+            QUERIES["claim_notifications"],
+            params,
+            varying=("from_id",),
+            prepare=True,
         )
         if len(fetched) < limit and from_id:
             # Rows the first read took are deleted in this transaction: not read again.

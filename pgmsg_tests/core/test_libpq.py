@@ -271,6 +271,73 @@ def test_statements_bound_once_are_forgotten_with_their_connection():
     assert connection.__dict__["_pgmsg_bound"][0] is connection.connection is not kept[0]
 
 
+# -- prepared (opening_rows' prepare): BEGIN and the prepared statement in one round trip ----
+
+
+def prepared_pick(params: dict) -> tuple[list[tuple], list[tuple[str, str]]]:
+    """PICK's rows through opening_rows with prepare, and the messages it sent."""
+    with sent() as messages, transaction.atomic():
+        (rows,) = libpq.opening_rows(
+            connection, PICK, params, varying=("low", "high"), prepare=True
+        )
+        assert connection.connection.pgconn.transaction_status == TransactionStatus.INTRANS
+    return rows, messages
+
+
+def server_prepared() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements WHERE name LIKE 'pgmsg_%%'")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def test_a_prepared_opening_statement_gives_the_rows_binding_it_gives_and_is_parsed_once():
+    names = ["a", "b", "it's", "d", "e"]
+    for round_, (low, high) in enumerate([(1, 9), (2, 4), (0, 0), (-3, 2), (3, 5)]):
+        params = {"names": names, "low": low, "high": high, "skip": "b"}
+        rows, messages = prepared_pick(params)
+        with connection.cursor() as cursor:
+            cursor.execute(PICK, params)
+            assert rows == cursor.fetchall()
+        kinds = [kind for kind, _ in messages]
+        # BEGIN (unnamed: Parse, Bind, Execute), the statement by name (Bind, Execute), one
+        # Sync: one round trip; then the block's COMMIT. Parse of the statement the first time.
+        opening = ["Parse", "Bind", "Describe", "Execute", "Bind", "Describe", "Execute", "Sync"]
+        assert kinds[-len(opening) - 1 :] == [*opening, "Query"]
+        assert ("Parse" in kinds[: -len(opening) - 1]) == (round_ == 0)
+    (statement,) = server_prepared()
+    assert "x >= $1 AND x<$2" in statement and "it''s" in statement
+
+
+def test_what_a_prepared_opening_statement_wrote_rolls_back_with_the_block():
+    insert = "INSERT INTO libpq_probe (value) VALUES (%(value)s || %(n)s) RETURNING value"
+    with transaction.atomic():
+        (rows,) = libpq.opening_rows(
+            connection, insert, {"value": "x", "n": 1}, varying=("n",), prepare=True
+        )
+        transaction.set_rollback(True)
+    assert rows == [("x1",)] and values() == []
+
+
+def test_a_prepared_statement_deallocated_behind_its_back_fails_once_then_is_prepared_anew():
+    params = {"names": ["a", "b", "c"], "low": 1, "high": 3, "skip": ""}
+    prepared_pick(params)
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")  # a handler's, say: the block rolls back, no rows lost
+    with pytest.raises(ProgrammingError, match="does not exist"):
+        prepared_pick(params)
+    assert connection.connection.pgconn.transaction_status == TransactionStatus.IDLE
+    rows, _ = prepared_pick(params)
+    assert rows == [(1,), (2,)]
+    assert len(server_prepared()) == 1
+
+
+def test_a_varying_value_that_is_not_an_integer_is_bound_in_full_not_prepared():
+    params = {"names": ["a", "b", "c"], "low": None, "high": 3, "skip": ""}
+    rows, messages = prepared_pick(params)
+    assert rows == [] and messages[0][0] == "Query" and messages[0][1].startswith(' "BEGIN;')
+    assert server_prepared() == []
+
+
 # -- libpq.int8_array, read back by the server (text_array and uuid_array: events) ---------
 
 
