@@ -288,7 +288,13 @@ def opening_rows(
         text, names = statement
         values = [b"%d" % params[n] for n in names]
         with db.wrap_database_errors:
-            results = _run_after_begin(conn, prepared(conn, text), values)
+            try:
+                results = _run_after_begin(conn, prepared(conn, text), values)
+            except psycopg.errors.InvalidSqlStatementName:
+                # Deallocated behind pgmsg's back (a DEALLOCATE ALL or DISCARD ALL on the
+                # connection). Nothing but the BEGIN ran: roll back, prepare anew, once.
+                _run(conn, lambda pgconn: pgconn.send_query(b"ROLLBACK"))
+                results = _run_after_begin(conn, prepared(conn, text), values)
         return _loaded(raw_cursor, results)
     else:
         text = b"BEGIN;\n" + binding.bound_once(db, raw_cursor, query, params, varying)
@@ -319,8 +325,8 @@ def _all_rows(cursor, query: str, params: dict[str, Any]) -> list[list[tuple]]:
 def _run_after_begin(conn: psycopg.Connection, name: bytes, values: list[bytes]) -> list[PGresult]:
     """BEGIN, then the prepared statement ``name`` with ``values``, in one round trip (libpq's
     pipeline mode); its results. A failed statement raises psycopg's error for it, once
-    everything sent was read and the pipeline left (the transaction is then aborted, and the
-    atomic block rolls it back)."""
+    everything sent was read and the pipeline left (the transaction is then aborted: the
+    atomic block rolls it back). A statement not there is forgotten, to be prepared anew."""
     with conn.lock:
         pgconn = conn.pgconn
         pgconn.enter_pipeline_mode()
@@ -334,7 +340,6 @@ def _run_after_begin(conn: psycopg.Connection, name: bytes, values: list[bytes])
     for result in results:
         if result.status not in _ROWS_OR_DONE:
             if result.error_field(DIAG_SQLSTATE) == b"26000":
-                # Not there: a DEALLOCATE ALL or DISCARD ALL on the connection. Prepare anew.
                 _prepared_names.pop(conn, None)
             raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
     return results[1:]  # the first is BEGIN's

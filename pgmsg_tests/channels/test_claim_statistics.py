@@ -109,3 +109,30 @@ def test_a_batch_rolled_back_for_a_failure_is_claimed_again_with_savepoints(monk
         pending = dict(cursor.fetchall())
     assert pending.pop("r102") == 1  # its failure recorded, a retry scheduled
     assert sorted(pending, key=lambda key: int(key[1:])) == [f"r{i}" for i in range(200, 300)]
+
+
+def test_the_claim_is_prepared_and_a_deallocation_behind_its_back_loses_nothing():
+    """The claim runs as a statement prepared on the worker's connection (libpq.opening_rows'
+    prepare). After a DEALLOCATE ALL there (by a handler, say) the next claim finds it gone,
+    rolls back its BEGIN and prepares it anew: every message is handled once."""
+    pgmsg.notify_many(Work(key=f"d{i}") for i in range(250))
+    worker = pgmsg.Worker(channel_names=["test.work"], batch_size=100, until_idle=True)
+    [notifications] = worker.sources
+    assert notifications.process_batch(worker) == 100
+
+    def prepared_claims() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_prepared_statements "
+                "WHERE statement LIKE '%%DELETE FROM pgmsg_notification%%'"
+            )
+            return cursor.fetchone()[0]
+
+    assert prepared_claims() == 1
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    assert prepared_claims() == 0
+    worker.run()  # until idle: an error the claim met would be raised here
+    handled = Effect.objects.filter(listener="record_work")
+    assert handled.count() == 250
+    assert handled.values("key").distinct().count() == 250

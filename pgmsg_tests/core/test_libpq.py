@@ -318,17 +318,19 @@ def test_what_a_prepared_opening_statement_wrote_rolls_back_with_the_block():
     assert rows == [("x1",)] and values() == []
 
 
-def test_a_prepared_statement_deallocated_behind_its_back_fails_once_then_is_prepared_anew():
+def test_a_prepared_statement_deallocated_behind_its_back_is_prepared_anew_in_the_same_call():
     params = {"names": ["a", "b", "c"], "low": 1, "high": 3, "skip": ""}
     prepared_pick(params)
     with connection.cursor() as cursor:
-        cursor.execute("DEALLOCATE ALL")  # a handler's, say: the block rolls back, no rows lost
-    with pytest.raises(ProgrammingError, match="does not exist"):
-        prepared_pick(params)
-    assert connection.connection.pgconn.transaction_status == TransactionStatus.IDLE
-    rows, _ = prepared_pick(params)
+        cursor.execute("DEALLOCATE ALL")  # a handler's, say
+    with sent() as messages, transaction.atomic():
+        libpq.opening_rows(connection, INSERT, {"value": "before"})  # not prepared
+    rows, messages = prepared_pick(params)  # fails, rolls back its BEGIN, prepares, runs
     assert rows == [(1,), (2,)]
+    kinds = [kind for kind, _ in messages]
+    assert kinds.count("Sync") == 3 and kinds.count("Query") == 2  # the ROLLBACK, the COMMIT
     assert len(server_prepared()) == 1
+    assert values() == ["before"]
 
 
 def test_a_varying_value_that_is_not_an_integer_is_bound_in_full_not_prepared():
