@@ -171,8 +171,15 @@ class InboxSource:
         worker's rollback puts messages there)."""
         from_id = self._start.next()
         params = {**params, "limit": limit, "mapped": self._types, "from_id": from_id}
+        # Prepared, as the notification claim (its plan does not look at from_id, a
+        # sub-select), where no priority level came first: the limit, written in, is then
+        # always the batch size (after levels it varies: bound as text, as before).
         (rows,) = libpq.opening_rows(
-            connection, QUERIES["claim_unordered_fifo"], params, varying=("from_id", "limit")
+            connection,
+            QUERIES["claim_unordered_fifo"],
+            params,
+            varying=("from_id", "limit") if self._levels else ("from_id",),
+            prepare=not self._levels,
         )
         if len(rows) < limit and from_id:
             # The rows just claimed are still pending to this transaction (locked, not yet

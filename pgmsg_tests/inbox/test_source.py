@@ -426,6 +426,10 @@ def test_claims_start_past_a_full_batch_and_still_take_what_they_passed(monkeypa
     assert pending_fifo() == {"fifo-0", *(f"fifo-{i}" for i in range(21, 26))}
     assert worker.process(worker.sources[0]) == 6  # the 5 past the last batch, then fifo-0
     assert pending_fifo() == set()
+    with connection.cursor() as cursor:  # the claim prepared, once, on the worker's connection
+        cursor.execute("SELECT statement FROM pg_prepared_statements WHERE name ~ '^pgmsg_'")
+        (statement,) = [text for (text,) in cursor.fetchall()]
+    assert "m.id >= (SELECT $1::bigint)" in statement and "LIMIT 10" in statement
     assert effects("inbox:test.fifo") == {f"fifo-{i}": 1 for i in range(26)}
 
 
