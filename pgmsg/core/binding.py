@@ -32,18 +32,16 @@ def bound_once(
     varying = tuple(name for name in varying if params[name] is not None)
     if any(type(params[name]) is not int for name in varying):
         return raw_cursor.mogrify(query, params).encode(encoding)
-    kept = db.__dict__.get("_pgmsg_bound")
-    if kept is None or kept[0] is not db.connection or len(kept[1]) >= _BOUND_KEPT:
-        kept = db.__dict__["_pgmsg_bound"] = (db.connection, {})
+    kept = _kept(db, "_pgmsg_bound")
     try:
-        key = (query, *((k, type(v), _frozen(v)) for k, v in params.items() if k not in varying))
-        split = kept[1].get(key)
+        key = _key(query, params, varying)
+        split = kept.get(key)
     except TypeError:  # a value that cannot be a key (a dict): bound each time
         key, split = None, None
     if split is None:
         split = _split_at_marks(raw_cursor.mogrify, query, params, varying, encoding)
         if key is not None:
-            kept[1][key] = split
+            kept[key] = split
     names, pieces = split
     if not pieces:  # a mark was not found once in the text
         return raw_cursor.mogrify(query, params).encode(encoding)
@@ -74,6 +72,21 @@ def _split_at_marks(
     return names, [*pieces, text[start:]]
 
 
+def _kept(db: BaseDatabaseWrapper, name: str) -> dict:
+    """The statements kept under ``name`` for ``db``'s current connection (at most
+    _BOUND_KEPT: a new connection, or one more, starts afresh)."""
+    kept = db.__dict__.get(name)
+    if kept is None or kept[0] is not db.connection or len(kept[1]) >= _BOUND_KEPT:
+        kept = db.__dict__[name] = (db.connection, {})
+    return kept[1]
+
+
+def _key(query: str, params: dict[str, Any], varying: tuple) -> tuple:
+    """What a kept statement is kept under: the query and its fixed parameters' values (a
+    TypeError where one cannot be a key)."""
+    return (query, *((k, type(v), _frozen(v)) for k, v in params.items() if k not in varying))
+
+
 def _frozen(value: Any) -> Any:
     # Beside its type in the key: 1 and True, or a list and a tuple, bind differently.
     return tuple(value) if isinstance(value, list) else value
@@ -88,22 +101,19 @@ def with_placeholders(
     value that is not an integer, a fixed one that cannot be a key)."""
     if any(type(params[name]) is not int for name in varying):
         return None
-    conn = db.connection
-    kept = db.__dict__.get("_pgmsg_prepared")
-    if kept is None or kept[0] is not conn or len(kept[1]) >= _BOUND_KEPT:
-        kept = db.__dict__["_pgmsg_prepared"] = (conn, {})
+    kept = _kept(db, "_pgmsg_prepared")
     try:
-        key = (query, *((k, type(v), _frozen(v)) for k, v in params.items() if k not in varying))
-        statement = kept[1].get(key)
+        key = _key(query, params, varying)
+        statement = kept.get(key)
     except TypeError:  # a value that cannot be a key (a dict)
         return None
     if statement is None:
-        encoding = conn.info.encoding
+        encoding = db.connection.info.encoding
         names, pieces = _split_at_marks(raw_cursor.mogrify, query, params, varying, encoding)
         if not pieces:
             return None
         text = pieces[0] + b"".join(
             b"$%d" % number + piece for number, piece in enumerate(pieces[1:], 1)
         )
-        statement = kept[1][key] = (text, names)
+        statement = kept[key] = (text, names)
     return statement
