@@ -1,6 +1,7 @@
 -- name: send
 -- Store one message of an exactly-once channel and wake idle workers of its channel
--- (pgmsg_send, migration 0016: a function, so that the server keeps the insert's plan).
+-- (pgmsg_send, migrations 0016 and 0028: a function, so that the server keeps the insert's
+-- plan).
 SELECT pgmsg_send(%(channel)s, %(payload)s);
 
 -- name: send_many
@@ -46,24 +47,29 @@ RETURNING id, channel, payload::text, attempts, available_at::text, created_at::
 -- name: restore_notifications
 -- Put back, in the same transaction, the claimed rows that were not handled: failures with
 -- their attempt counted, error kept and retry scheduled (or dead), and rows left unhandled by
--- a stopping worker as they were (delay NULL).
-INSERT INTO pgmsg_notification
-    (id, channel, payload, status, attempts, available_at, created_at, last_error,
-     last_failed_at)
-SELECT r.id, r.channel, r.payload::jsonb,
-       CASE WHEN r.dead THEN 'dead' ELSE 'pending' END,
-       r.attempts + CASE WHEN r.delay IS NULL THEN 0 ELSE 1 END,
-       CASE WHEN r.delay IS NULL THEN r.available_at
-            ELSE now() + make_interval(secs => r.delay) END,
-       r.created_at,
-       r.last_error,
-       CASE WHEN r.delay IS NULL THEN r.last_failed_at ELSE now() END
-FROM unnest(%(ids)s::bigint[], %(channels)s::text[], %(payloads)s::text[], %(attempts)s::int[],
-            %(available_at)s::text[]::timestamptz[], %(created_at)s::text[]::timestamptz[],
-            %(errors)s::text[], %(failed_at)s::text[]::timestamptz[], %(delays)s::float8[],
-            %(dead)s::bool[])
-     AS r(id, channel, payload, attempts, available_at, created_at, last_error, last_failed_at,
-          delay, dead);
+-- a stopping worker as they were (delay NULL). Then wake the idle workers of their channels
+-- (pgmsg_wake, as pgmsg_send does; created_at is written, so its default does not wake).
+WITH restored AS (
+    INSERT INTO pgmsg_notification
+        (id, channel, payload, status, attempts, available_at, created_at, last_error,
+         last_failed_at)
+    SELECT r.id, r.channel, r.payload::jsonb,
+           CASE WHEN r.dead THEN 'dead' ELSE 'pending' END,
+           r.attempts + CASE WHEN r.delay IS NULL THEN 0 ELSE 1 END,
+           CASE WHEN r.delay IS NULL THEN r.available_at
+                ELSE now() + make_interval(secs => r.delay) END,
+           r.created_at,
+           r.last_error,
+           CASE WHEN r.delay IS NULL THEN r.last_failed_at ELSE now() END
+    FROM unnest(%(ids)s::bigint[], %(channels)s::text[], %(payloads)s::text[], %(attempts)s::int[],
+                %(available_at)s::text[]::timestamptz[], %(created_at)s::text[]::timestamptz[],
+                %(errors)s::text[], %(failed_at)s::text[]::timestamptz[], %(delays)s::float8[],
+                %(dead)s::bool[])
+         AS r(id, channel, payload, attempts, available_at, created_at, last_error, last_failed_at,
+              delay, dead)
+    RETURNING channel
+)
+SELECT count(*) FROM (SELECT DISTINCT channel FROM restored) AS c, LATERAL pgmsg_wake(c.channel);
 
 -- name: seconds_until_due
 -- How long until the next delayed retry of these channels is due (NULL when none waits).

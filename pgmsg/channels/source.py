@@ -38,6 +38,11 @@ class ClaimedNotification(NamedTuple):
     claimed_in: int
 
 
+#: The wake payload of a row inserted without pgmsg_send() (an SQL producer's INSERT, a trigger
+#: channel, the ORM): created_at's default (migration 0028) cannot see the row's channel, so it
+#: wakes the workers of every stored channel. No channel name has a colon (core/names.py).
+ANY_CHANNEL_WAKE = "channels:*"
+
 #: Seconds between a worker's looks for rows of channels nobody declares (and its warning).
 UNDECLARED_CHECK_INTERVAL = 300.0
 #: Least seconds between a worker's looks at the claim's plan (after full batches).
@@ -57,7 +62,10 @@ class NotificationSource:
 
     def __init__(self, names: Iterable[str]) -> None:
         self.names = sorted(names)
-        self.wake_payloads = list(self.names)
+        # Each channel's own (pgmsg_send), and every stored channel's: what a row inserted
+        # without pgmsg_send() wakes (migration 0028: created_at's default cannot see the
+        # row's channel).
+        self.wake_payloads = [*self.names, ANY_CHANNEL_WAKE]
         self._listeners = {name: list(channels.registry.listeners[name]) for name in self.names}
         self._specs = {name: channels.registry.get(name) for name in self.names}
         #: Per channel: payload text -> the listeners' argument (one call a message).
@@ -69,7 +77,7 @@ class NotificationSource:
         self._decoded: dict[int, object] = {}
 
     def wants(self, wake_payload: str) -> bool:
-        return wake_payload in self._listeners
+        return wake_payload in self._listeners or wake_payload == ANY_CHANNEL_WAKE
 
     def process_batch(self, worker: Worker) -> int:
         db = worker.database

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import pgtrigger
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
+from django.db.models import Func
 from django.db.models.functions import Now
-
-from pgmsg.core import wake
 
 
 class Notification(models.Model):
@@ -15,8 +13,8 @@ class Notification(models.Model):
 
     Handled rows are deleted in the transaction that ran the listeners, so the table holds
     only what is pending, retrying or dead. Producers that are not Django may insert
-    ``(channel, payload)`` directly: every other column has a database default, and a
-    statement trigger NOTIFYs the workers.
+    ``(channel, payload)`` directly: every other column has a database default, and
+    ``created_at``'s wakes idle workers (below).
     """
 
     class Status(models.TextChoices):
@@ -32,7 +30,15 @@ class Notification(models.Model):
     attempts = models.IntegerField(default=0, db_default=0)
     #: Not claimed before this time (retry backoff).
     available_at = models.DateTimeField(db_default=Now())
-    created_at = models.DateTimeField(db_default=Now())
+    #: The statement's timestamp. Its default, pgmsg_notification_created() (migration 0028),
+    #: also wakes the idle workers of every channel (wake payload "channels:*") for a row
+    #: that an SQL producer, a trigger channel or the ORM inserts. There is no trigger on this
+    #: table: a row trigger cost every notify() a tenth of its rate, even when its WHEN
+    #: skipped the row (docs/wakeups.md). pgmsg_send() wakes the one channel and writes
+    #: created_at itself, so the default does not run for it.
+    created_at = models.DateTimeField(
+        db_default=Func(function="pgmsg_notification_created", output_field=models.DateTimeField())
+    )
     last_error = models.TextField(blank=True, default="", db_default="")
     last_failed_at = models.DateTimeField(null=True, blank=True)
 
@@ -50,26 +56,6 @@ class Notification(models.Model):
         permissions = [
             ("replay_notification", "Can replay dead or retrying notifications"),
             ("discard_notification", "Can discard notifications"),
-        ]
-        triggers = [
-            # Wakes idle workers of the row's channel (pgmsg/core/wake.py: only while one is
-            # idle, so a busy system commits without NOTIFY). A row trigger whose WHEN skips
-            # every row after the first of its channel in a transaction: pgmsg_wake holds its
-            # producing lock until the transaction ends, so one call per channel and
-            # transaction is enough (docs/wakeups.md), and a skipped row costs no trigger call
-            # (a multi-row INSERT queues its rows before the first call: the function checks
-            # again).
-            # It replaced a statement trigger with a transition table, which cost one-row
-            # inserts (every notify()) more than the insert itself. notify() wakes and marks
-            # the channel inside pgmsg_send (migration 0016) before it inserts.
-            pgtrigger.Trigger(
-                name="pgmsg_wake_workers",
-                level=pgtrigger.Row,
-                when=pgtrigger.After,
-                operation=pgtrigger.Insert,
-                condition=pgtrigger.Condition(f"{wake.WOKEN_SQL} IS DISTINCT FROM NEW.channel"),
-                func=f"{wake.wake_once_sql('NEW.channel')} RETURN NULL;",
-            ),
         ]
 
     def __str__(self) -> str:

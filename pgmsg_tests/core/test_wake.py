@@ -8,6 +8,7 @@ import psycopg
 import pytest
 from django.db import connection
 
+from pgmsg.channels.source import ANY_CHANNEL_WAKE, NotificationSource
 from pgmsg.core import wake
 from pgmsg.models import Notification
 from pgmsg_dev.devdb import database_url
@@ -18,6 +19,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 INSERT_WORK = "INSERT INTO pgmsg_notification (channel, payload) VALUES ('test.work', %s::jsonb)"
 MARKER = "marker"
+#: What a worker serving test.work declares itself idle for (NotificationSource).
+WORKER_PAYLOADS = ["test.work", ANY_CHANNEL_WAKE]
 
 
 def connect(**kwargs) -> psycopg.Connection:
@@ -49,40 +52,68 @@ def wakes_after(produce, producer: psycopg.Connection | None = None) -> list[str
 
 
 def insert_work(conn: psycopg.Connection) -> None:
+    """An SQL producer's INSERT: created_at's default wakes every stored channel's workers."""
     conn.execute(INSERT_WORK, ['{"key": "w"}'])
 
 
-def test_a_producer_commits_without_notify_when_no_worker_is_idle():
-    assert wakes_after(insert_work) == []
+def send_work(conn: psycopg.Connection) -> None:
+    """notify()'s statement: pgmsg_send wakes its channel's workers."""
+    conn.execute("SELECT pgmsg_send('test.work', '{\"key\": \"w\"}')")
 
 
-def test_a_producer_notifies_while_a_worker_is_declared_idle_for_its_channel():
+PRODUCERS = pytest.mark.parametrize(
+    "produce, woken",
+    [(insert_work, ANY_CHANNEL_WAKE), (send_work, "test.work")],
+    ids=["sql_insert", "pgmsg_send"],
+)
+
+
+def test_a_notification_worker_is_idle_for_its_channels_and_for_any_channel():
+    assert NotificationSource(["test.work"]).wake_payloads == WORKER_PAYLOADS
+
+
+@PRODUCERS
+def test_a_producer_commits_without_notify_when_no_worker_is_idle(produce, woken):
+    assert wakes_after(produce) == []
+
+
+@PRODUCERS
+def test_a_producer_notifies_while_a_worker_is_declared_idle_for_its_channel(produce, woken):
     with connect(autocommit=True) as worker:
-        idle = wake.IdleDeclaration(["test.work"])
+        idle = wake.IdleDeclaration(WORKER_PAYLOADS)
         assert idle.declare(worker.cursor()) is True
         assert idle.settled
-        assert wakes_after(insert_work) == ["test.work"]
+        assert wakes_after(produce) == [woken]
 
 
-def test_an_idle_worker_of_another_channel_does_not_make_producers_notify():
+def test_an_idle_worker_of_another_channel_does_not_make_pgmsg_send_notify():
     with connect(autocommit=True) as worker:
         wake.IdleDeclaration(["test.typed", "inbox:test.inbox"]).declare(worker.cursor())
-        assert wakes_after(insert_work) == []
+        assert wakes_after(send_work) == []
 
 
-def test_a_withdrawn_declaration_stops_the_notifies():
+def test_an_sql_insert_wakes_only_workers_of_stored_channels():
     with connect(autocommit=True) as worker:
-        idle = wake.IdleDeclaration(["test.work"])
+        wake.IdleDeclaration(["test.work", "inbox:test.inbox", "events"]).declare(worker.cursor())
+        assert wakes_after(insert_work) == []  # no notification worker is idle
+
+
+@PRODUCERS
+def test_a_withdrawn_declaration_stops_the_notifies(produce, woken):
+    with connect(autocommit=True) as worker:
+        idle = wake.IdleDeclaration(WORKER_PAYLOADS)
         idle.declare(worker.cursor())
+        assert wakes_after(produce) == [woken]
         idle.withdraw(worker.cursor())
         assert not idle.declared
-        assert wakes_after(insert_work) == []
+        assert wakes_after(produce) == []
 
 
 def test_a_worker_whose_connection_closes_stops_counting_as_idle():
     with connect(autocommit=True) as worker:
-        wake.IdleDeclaration(["test.work"]).declare(worker.cursor())
+        wake.IdleDeclaration(WORKER_PAYLOADS).declare(worker.cursor())
     assert wakes_after(insert_work) == []
+    assert wakes_after(send_work) == []
 
 
 def test_an_all_category_subscription_is_woken_by_any_category():
@@ -131,10 +162,11 @@ def test_the_barrier_waits_for_a_transaction_that_called_pgmsg_append():
         assert idle.declare(worker.cursor()) is True
 
 
-def test_the_barrier_waits_for_a_producer_that_checked_before_the_declaration():
+@PRODUCERS
+def test_the_barrier_waits_for_a_producer_that_checked_before_the_declaration(produce, woken):
     with connect() as producer, connect(autocommit=True) as worker:
-        insert_work(producer)  # its wake check ran: nobody idle, so no NOTIFY at its commit
-        idle = wake.IdleDeclaration(["test.work"])
+        produce(producer)  # its wake check ran: nobody idle, so no NOTIFY at its commit
+        idle = wake.IdleDeclaration(WORKER_PAYLOADS)
         assert idle.declare(worker.cursor()) is False, "must not sleep: a producer is in flight"
         assert idle.declared and not idle.settled
         producer.commit()
@@ -153,6 +185,33 @@ def test_a_worker_finds_a_row_whose_producer_committed_after_the_worker_went_idl
         assert Notification.objects.count() == 0  # not committed yet
         producer.commit()
     wait_for(lambda: effect_counts() == {"w": 1}, timeout=60, message="row handled")
+
+
+def test_an_idle_worker_handles_at_once_a_row_an_sql_producer_inserts(workers):
+    """No trigger on the table: created_at's default wakes the idle worker (sweep 600 s)."""
+    workers.start("test.work", "--settings", "pgmsg_tests.testapp.inbox_settings")
+    wait_for(idle_declared, timeout=60, message="worker declared itself idle")
+    assert wakes_after(insert_work) == [ANY_CHANNEL_WAKE]
+    wait_for(lambda: effect_counts() == {"w": 1}, timeout=60, message="row handled")
+
+
+def test_rows_a_worker_puts_back_wake_the_idle_workers_of_their_channels():
+    """A failed or stopped batch's rows are inserted again with their created_at, so its
+    default does not run: restore_notifications wakes their channels itself."""
+    from pgmsg.channels.source import QUERIES, ClaimedNotification, _restore_params
+
+    row = ClaimedNotification(
+        id=10**9, channel="test.work", payload='{"key": "r"}', attempts=0,
+        available_at="2026-01-01T00:00:00Z", created_at="2026-01-01T00:00:00Z",
+        last_error="", last_failed_at=None, claimed_in=0,
+    )  # fmt: skip
+    restore = lambda conn: conn.execute(  # noqa: E731
+        QUERIES["restore_notifications"], _restore_params([row], {})
+    )
+    with connect(autocommit=True) as worker:
+        wake.IdleDeclaration(["test.work"]).declare(worker.cursor())
+        assert wakes_after(restore) == ["test.work"]
+    assert Notification.objects.filter(id=row.id, channel="test.work").exists()
 
 
 def test_a_worker_finds_the_rows_a_transaction_sent_without_waking_again(workers):
@@ -176,7 +235,9 @@ def test_a_lone_message_leaves_the_worker_declared_and_a_stream_makes_it_withdra
     producers commit without NOTIFY."""
 
     def send(key: str):
-        return lambda conn: conn.execute(INSERT_WORK, [f'{{"key": "{key}"}}'])
+        return lambda conn: conn.execute(
+            "SELECT pgmsg_send('test.work', %s)", [f'{{"key": "{key}"}}']
+        )
 
     workers.start("test.work", "--settings", "pgmsg_tests.testapp.linger_settings")
     wait_for(idle_declared, timeout=60, message="worker declared itself idle")
@@ -208,20 +269,16 @@ def test_a_declaration_knows_when_its_connection_is_gone():
     assert not idle.held_by(worker)
 
 
-# -- one wake per channel and transaction (the notification trigger and pgmsg_send) ----------
-
-
-def send_work(conn: psycopg.Connection) -> None:
-    conn.execute("SELECT pgmsg_send('test.work', '{\"key\": \"w\"}')")
+# -- one wake per channel and transaction (pgmsg_send, and created_at's default) -------------
 
 
 def test_a_second_row_of_a_channel_in_a_transaction_does_not_wake_again():
     """The first row's wake check holds the producing lock until the commit, so a worker
     that declares itself idle after it cannot sleep before the commit: later rows of the
-    transaction need no check of their own (the trigger's WHEN skips them)."""
+    transaction need no check of their own (the woken mark skips them)."""
     with connect() as producer, connect(autocommit=True) as worker:
         insert_work(producer)  # nobody idle: no NOTIFY at commit
-        idle = wake.IdleDeclaration(["test.work"])
+        idle = wake.IdleDeclaration(WORKER_PAYLOADS)
         assert idle.declare(worker.cursor()) is False, "the first row's lock holds the barrier"
         insert_work(producer)
         send_work(producer)
@@ -247,12 +304,12 @@ def test_a_rolled_back_savepoint_forgets_that_its_channel_was_woken():
         assert wakes_after(produce) == ["test.work"]
 
 
-@pytest.mark.parametrize("produce", [insert_work, send_work], ids=["trigger", "pgmsg_send"])
-def test_every_new_transaction_of_a_session_checks_again(produce):
+@PRODUCERS
+def test_every_new_transaction_of_a_session_checks_again(produce, woken):
     with connect(autocommit=True) as worker, connect() as producer:
         assert wakes_after(produce, producer) == []
-        wake.IdleDeclaration(["test.work"]).declare(worker.cursor())
-        assert wakes_after(produce, producer) == ["test.work"]
+        wake.IdleDeclaration(WORKER_PAYLOADS).declare(worker.cursor())
+        assert wakes_after(produce, producer) == [woken]
 
 
 def test_notify_many_wakes_each_of_its_channels():
