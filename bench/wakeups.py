@@ -8,10 +8,10 @@ and with one `listen` worker draining the channel meanwhile. Then commit-to-hand
 an idle worker. Each measurement runs --reps times; min / median / max are printed.
 
 The plain INSERT runs on psycopg's defaults, which prepare a statement on its fifth use (the
-server then skips its parse and plan); Django turns that off unless its OPTIONS set
-prepare_threshold. So two more producers compare like with like: plain INSERT with psycopg's
-prepared statements off (as on Django's default connection), and notify() with Django's
-OPTIONS prepare_threshold=5 (against the plain INSERT on psycopg's defaults).
+server then skips its parse and plan); notify() prepares its own statement on each
+connection (PGMSG["PREPARE_STATEMENTS"], on by default). Two more producers compare the
+unprepared forms: plain INSERT with psycopg's prepared statements off, and notify() with
+PREPARE_STATEMENTS False (as behind a transaction-mode pooler that loses them).
 
     python bench/wakeups.py [--seconds 3] [--reps 3] [--writers 1,8,32]
 
@@ -54,7 +54,7 @@ CREATE TRIGGER raw_notify_wake AFTER INSERT ON raw_notify
 
 
 #: The producers, by kind: what each sends in its transactions.
-KINDS = ("plain", "plain-unprepared", "notify", "pgmsg", "pgmsg-prepared", "pgmsg+worker")
+KINDS = ("plain", "plain-unprepared", "notify", "pgmsg", "pgmsg-unprepared", "pgmsg+worker")
 
 
 def _produce(kind: str, url: str, start, deadline_box, counts) -> None:
@@ -66,9 +66,11 @@ def _produce(kind: str, url: str, start, deadline_box, counts) -> None:
         import pgmsg
         from bench.benchapp.listeners import Tick
 
-        if kind == "pgmsg-prepared":
-            options = connection.settings_dict.setdefault("OPTIONS", {})
-            options["prepare_threshold"] = 5
+        if kind == "pgmsg-unprepared":
+            from django.conf import settings
+            from django.test import override_settings
+
+            override_settings(PGMSG={**settings.PGMSG, "PREPARE_STATEMENTS": False}).enable()
         connection.ensure_connection()
         start.wait()
         deadline, n = deadline_box.value, 0
@@ -138,10 +140,9 @@ def run(url: str, writers_list: list[int], seconds: float, reps: int) -> list[di
             for kind, rate in rep.items():
                 rates.setdefault(kind, []).append(rate)
                 rates.setdefault(kind + "/plain", []).append(rate / rep["plain"])
-            # notify() on Django's default connection against the plain INSERT on the same
-            # terms (no prepared statements).
-            rates.setdefault("pgmsg/plain-unprepared", []).append(
-                rep["pgmsg"] / rep["plain-unprepared"]
+            # notify() unprepared against the plain INSERT on the same terms.
+            rates.setdefault("pgmsg-unprepared/plain-unprepared", []).append(
+                rep["pgmsg-unprepared"] / rep["plain-unprepared"]
             )
         results.append({"writers": writers, "rates": rates})
     return results
@@ -176,7 +177,7 @@ def main() -> None:
         "plain-unprepared": "plain INSERT, 1 row/tx, not prepared",
         "notify": "INSERT + statement-trigger NOTIFY, 1 row/tx",
         "pgmsg": "pgmsg notify(), 1 msg/tx, no worker",
-        "pgmsg-prepared": "pgmsg notify(), 1 msg/tx, prepare_threshold=5",
+        "pgmsg-unprepared": "pgmsg notify(), 1 msg/tx, PREPARE_STATEMENTS False",
         "pgmsg+worker": "pgmsg notify(), 1 msg/tx, 1 listen worker draining",
     }
     print(f"\n{'W':>3}  {'producer':<52} {'commits/s (min med max)':>29}  ratio to plain")
@@ -187,7 +188,7 @@ def main() -> None:
             print(f"{result['writers']:>3}  {label:<52} {spread(rates[kind])}  {ratio}")
         print(
             f"{'':>3}  {'notify() to plain INSERT, neither prepared':<52} {'':>29}  "
-            f"{spread(rates['pgmsg/plain-unprepared'], '.2f')}"
+            f"{spread(rates['pgmsg-unprepared/plain-unprepared'], '.2f')}"
         )
         w = result["writers"]
         summary.record(
@@ -197,13 +198,8 @@ def main() -> None:
         )
         summary.record(
             f"notify(), 1 msg/tx, W={w}, neither prepared (vs plain INSERT not prepared)",
-            statistics.median(rates["pgmsg"]),
+            statistics.median(rates["pgmsg-unprepared"]),
             statistics.median(rates["plain-unprepared"]),
-        )
-        summary.record(
-            f"notify(), 1 msg/tx, W={w}, OPTIONS prepare_threshold=5 (vs plain INSERT)",
-            statistics.median(rates["pgmsg-prepared"]),
-            statistics.median(rates["plain"]),
         )
     truncate(url)
     lat = nbench.latency(url, args.latency_count, args.latency_gap_ms / 1000)

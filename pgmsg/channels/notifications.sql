@@ -4,6 +4,31 @@
 -- plan).
 SELECT pgmsg_send(%(channel)s, %(payload)s);
 
+-- name: send_prepared
+-- notify()'s statement where it is prepared on the connection (PGMSG["PREPARE_STATEMENTS"]):
+-- pgmsg_send's steps written out, since calling any PL/pgSQL function costs its first call in
+-- each transaction some 10 us of server time (a fifth of the whole prepared insert's; measured
+-- in docs/wakeups.md). The CASE runs its steps in order: unless this transaction already woke
+-- the channel, hold the producing key shared until the transaction ends and mark the channel
+-- woken (the lock's void shows as ''), then probe the idle key (taken, so no worker is idle:
+-- release it) and NOTIFY where a worker holds it. The CTE runs once, before the insert reads
+-- its one row. Unprepared, this text costs more to parse and plan than pgmsg_send() saves.
+WITH woken AS (
+    SELECT CASE
+        WHEN current_setting('pgmsg.woken', true) IS NOT DISTINCT FROM %(channel)s::text
+            THEN true
+        WHEN (pg_advisory_xact_lock_shared(1885826370, hashtext(%(channel)s))::text
+              || set_config('pgmsg.woken', %(channel)s, true)) IS NULL
+            THEN NULL
+        WHEN pg_try_advisory_lock(1885826377, hashtext(%(channel)s))
+            THEN pg_advisory_unlock(1885826377, hashtext(%(channel)s))
+        ELSE pg_notify('pgmsg', %(channel)s)::text = ''
+    END
+)
+INSERT INTO pgmsg_notification (channel, payload, created_at)
+SELECT %(channel)s, %(payload)s::jsonb, statement_timestamp() FROM woken
+RETURNING id;
+
 -- name: send_many
 -- Store many messages in one statement (one wake-up per channel).
 SELECT pgmsg_send_many(%(channels)s::text[], %(payloads)s::text[]);

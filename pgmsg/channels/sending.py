@@ -12,8 +12,10 @@ from pgmsg.core import conf, errors, libpq, payloads, sql
 
 QUERIES = sql.load(__package__, "notifications.sql")
 
-#: QUERIES["send"] as libpq takes it (libpq.one_value): notify()'s parameters in its order.
+#: QUERIES["send"] as libpq takes it (libpq.one_value): notify()'s parameters in its order;
+#: and the statement libpq prepares on the connection instead where it prepares.
 _SEND_STATEMENT = sql.numbered(QUERIES["send"], ["channel", "payload"])
+_SEND_PREPARED = sql.numbered(QUERIES["send_prepared"], ["channel", "payload"])
 
 # PostgreSQL refuses NOTIFY payloads of 8000 bytes or more ("payload string too long").
 MAX_BROADCAST_BYTES = 7999
@@ -42,6 +44,7 @@ def notify(message: channels.Channel, *, using: str | None = None) -> int | None
         QUERIES["send"],
         {"channel": spec.name, "payload": text},
         libpq_statement=_SEND_STATEMENT,
+        prepared_statement=_SEND_PREPARED,
     )
 
 

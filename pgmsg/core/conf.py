@@ -35,6 +35,14 @@ class Settings:
     #: they go to libpq or psycopg's cursor of the same connection, in the same transaction
     #: (core/libpq.py, docs/wakeups.md).
     SEND_THROUGH_DJANGO_CURSOR: bool = False
+    #: Prepare notify()'s, append()'s and receive()'s statements on each connection on their
+    #: first use and run them by name from then on (the server skips their parse and plan: about
+    #: a third of a one-message notify()'s server time). None (the default): yes, unless the
+    #: database's settings say a transaction-mode pooler may sit in between (Django's
+    #: DISABLE_SERVER_SIDE_CURSORS, or OPTIONS that set prepare_threshold to None); False
+    #: behind a pooler that loses prepared statements (PgBouncer before 1.21, or without
+    #: max_prepared_statements). docs/operations.md.
+    PREPARE_STATEMENTS: bool | None = None
     #: Seconds between sweeps for rows whose NOTIFY was missed, and for due retries.
     SWEEP_INTERVAL: float = 5.0
     #: Seconds without work before a busy worker declares itself idle (docs/wakeups.md); until
@@ -85,7 +93,7 @@ class Settings:
     OUTBOX_DEGRADED_AGE: float = 60.0
 
 
-_KIND = {"bool": "a bool", "dict": "a dict"}
+_KIND = {"bool": "a bool", "dict": "a dict", "bool | None": "True, False or None"}
 
 
 def _check_types(values: dict) -> Settings:
@@ -102,6 +110,7 @@ def _check_types(values: dict) -> Settings:
             "int": isinstance(value, int) and not isinstance(value, bool) and value > 0,
             "float": isinstance(value, int | float) and not isinstance(value, bool) and value > 0,
             "bool": isinstance(value, bool),
+            "bool | None": value is None or isinstance(value, bool),
             "dict": isinstance(value, dict),
         }[expected]
         if not ok:

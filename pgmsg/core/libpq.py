@@ -45,8 +45,44 @@ def can_send(conn: psycopg.Connection) -> bool:
     )
 
 
+def prepares(db: BaseDatabaseWrapper) -> bool:
+    """Whether pgmsg prepares its hot statements on ``db``'s connections (one_value's
+    ``prepare``): PGMSG["PREPARE_STATEMENTS"], and where that is None, unless ``db``'s settings
+    say a transaction-mode pooler may sit in between, which may run the next transaction on a
+    server session that lacks the statement (PgBouncer before 1.21 does): Django's
+    DISABLE_SERVER_SIDE_CURSORS, which its docs ask for behind such a pooler, or OPTIONS that
+    turn psycopg's prepared statements off themselves."""
+    setting = conf.get().PREPARE_STATEMENTS
+    if setting is not None:
+        return setting
+    settings = db.settings_dict
+    if settings.get("DISABLE_SERVER_SIDE_CURSORS"):
+        return False
+    options = settings.get("OPTIONS") or {}
+    return "prepare_threshold" not in options or options["prepare_threshold"] is not None
+
+
+#: What a failed prepared statement's error says besides PostgreSQL's own message.
+POOLER_HINT = (
+    "pgmsg prepares its statements on each connection (PGMSG['PREPARE_STATEMENTS']); a "
+    "statement missing from, or already in, the server session means a transaction-mode "
+    "pooler moved this connection to another one: set PGMSG['PREPARE_STATEMENTS'] = False or "
+    "DATABASES[...]['DISABLE_SERVER_SIDE_CURSORS'] = True, or let the pooler keep prepared "
+    "statements (PgBouncer 1.21+: max_prepared_statements)"
+)
+#: A prepared statement the session does not have, and one it already has.
+_STATEMENT_LOST = (
+    psycopg.errors.InvalidSqlStatementName,
+    psycopg.errors.DuplicatePreparedStatement,
+)
+
+
 def one_value(
-    conn: psycopg.Connection, statement: bytes, values: list[str | bytes | None]
+    conn: psycopg.Connection,
+    statement: bytes,
+    values: list[str | bytes | None],
+    *,
+    prepare: bool = False,
 ) -> int | None:
     """The integer (or NULL: None) that ``statement`` (parameters ``$1``..., see sql.numbered:
     text as str, binary as bytes, such as text_array's, None for NULL) returns, sent through
@@ -56,24 +92,45 @@ def one_value(
     and more when many producer processes share two cores (they ran at 0.59 of plain INSERT
     at 8 producers, this at 0.75; docs/wakeups.md).
 
-    Where the connection wants prepared statements (psycopg's ``prepare_threshold``, which
-    Django's OPTIONS set; off by default, since transaction-mode poolers before PgBouncer 1.21
-    lose them), the statement is prepared on its first use on the connection and executed by
-    name from then on: the server skips its parse and plan."""
+    ``prepare`` (prepares(db)): the statement is prepared on its first use on the connection
+    and executed by name from then on: the server skips its parse and plan. Where the server
+    session turns out to lack it, or to have it already (a pooler moved the connection), the
+    call is made again after preparing anew if no transaction was under way (nothing ran);
+    inside one, the transaction is aborted and the error says so (POOLER_HINT)."""
     encoding = conn.info.encoding
     params = [v if v is None or type(v) is bytes else v.encode(encoding) for v in values]
     formats = [1 if type(v) is bytes else 0 for v in values]
-    if conn.prepare_threshold is None:
+    if not prepare:
         results = _run(
             conn, lambda pgconn: pgconn.send_query_params(statement, params, param_formats=formats)
         )
     else:
-        name = prepared(conn, statement)
-        results = _run(
-            conn, lambda pgconn: pgconn.send_query_prepared(name, params, param_formats=formats)
-        )
+        outside = conn.pgconn.transaction_status == TransactionStatus.IDLE
+        try:
+            results = _run_prepared(conn, statement, params, formats)
+        except _STATEMENT_LOST as lost:
+            if isinstance(lost, psycopg.errors.DuplicatePreparedStatement):
+                # The session has it (its name is its text's hash): run it by name.
+                _prepared_names.setdefault(conn, set()).add(_statement_name(statement))
+            else:
+                _prepared_names.pop(conn, None)  # to be prepared anew
+            if not outside:
+                raise
+            results = _run_prepared(conn, statement, params, formats)
     value = results[-1].get_value(0, 0)
     return None if value is None else int(value)
+
+
+def _run_prepared(conn, statement: bytes, params: list, formats: list[int]) -> list[PGresult]:
+    try:
+        name = prepared(conn, statement)
+        return _run(
+            conn, lambda pgconn: pgconn.send_query_prepared(name, params, param_formats=formats)
+        )
+    except _STATEMENT_LOST as e:
+        if POOLER_HINT not in getattr(e, "__notes__", ()):
+            e.add_note(POOLER_HINT)
+        raise
 
 
 def prepared(
@@ -151,6 +208,7 @@ def fetch_value(
     params: dict,
     *,
     libpq_statement: bytes | None = None,
+    prepared_statement: bytes | None = None,
 ):
     """Run one statement in ``db``'s current transaction and return its one value.
 
@@ -172,6 +230,9 @@ def fetch_value(
     with db.wrap_database_errors:
         conn = db.connection
         if libpq_statement is not None and can_send(conn):
+            if prepares(db):
+                statement = prepared_statement or libpq_statement
+                return one_value(conn, statement, list(params.values()), prepare=True)
             return one_value(conn, libpq_statement, list(params.values()))
         cursor = _cursor_of(db)
         cursor.execute(query, params)

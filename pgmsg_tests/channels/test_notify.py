@@ -204,30 +204,29 @@ def test_notify_follows_a_new_connection():
     assert effect_counts() == {"a": 1, "b": 1, "c": 1, "d": 1}
 
 
-def test_notify_is_prepared_where_django_lets_psycopg_prepare():
-    def prepared() -> int:
-        """pgmsg_send's statements prepared in this session (by pgmsg: one_value names them
-        pgmsg_<hash>; psycopg names its own _pg3_<n>)."""
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT name FROM pg_prepared_statements WHERE statement LIKE '%pgmsg_send%'"
-            )
-            names = [row[0] for row in cursor.fetchall()]
-        assert all(name.startswith("pgmsg_") for name in names), names
-        return len(names)
+def prepared_sends() -> list[str]:
+    """The names of notify()'s statements prepared in this session (by pgmsg: one_value names
+    them pgmsg_<hash>)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name FROM pg_prepared_statements "
+            "WHERE statement LIKE '%INSERT INTO pgmsg_notification%'"
+        )
+        return [row[0] for row in cursor.fetchall()]
 
-    for _ in range(6):
-        pgmsg.notify(Work(key="w"))
-    assert prepared() == 0  # Django's default: no prepared statements (poolers)
+
+def reconnect() -> None:
     connection.close()
     connection.ensure_connection()
-    connection.connection.prepare_threshold = 1  # as OPTIONS {"prepare_threshold": 1} does
+
+
+def test_notify_is_prepared_once_per_connection_and_kept_across_a_rollback():
     for _ in range(3):
         pgmsg.notify(Work(key="w"))
-    assert prepared() == 1
-    assert Notification.objects.count() == 9
-    # Prepared once (by pgmsg, through libpq), in a transaction that then rolled back: the
-    # server keeps the statement, and the next send runs it by name.
+    names = prepared_sends()
+    assert len(names) == 1 and names[0].startswith("pgmsg_"), names
+    # A transaction that rolls back keeps the statement (the server keeps it to the session's
+    # end), and the next send runs it by name.
     with pytest.raises(RuntimeError), transaction.atomic():
         pgmsg.notify(Work(key="w"))
         pgmsg.notify(Work(key="rolled back"))
@@ -235,16 +234,82 @@ def test_notify_is_prepared_where_django_lets_psycopg_prepare():
     with transaction.atomic():
         pgmsg.notify(Work(key="w"))
         pgmsg.notify(Work(key="kept"))
-    assert prepared() == 1
+    assert prepared_sends() == names
     keys = Notification.objects.values_list("payload__key", flat=True)
-    assert sorted(set(keys)) == ["kept", "w"] and len(keys) == 11
+    assert sorted(set(keys)) == ["kept", "w"] and len(keys) == 5
     # A new connection has no statement of the old one's: it prepares its own.
-    connection.close()
-    connection.ensure_connection()
-    connection.connection.prepare_threshold = 1
+    reconnect()
     pgmsg.notify(Work(key="new connection"))
-    assert prepared() == 1
+    assert prepared_sends() == names
     assert Notification.objects.filter(payload__key="new connection").count() == 1
+
+
+@pytest.mark.parametrize(
+    "pgmsg_setting, database_settings, prepares",
+    [
+        (None, {"DISABLE_SERVER_SIDE_CURSORS": True}, False),
+        (None, {"OPTIONS": {"prepare_threshold": None}}, False),
+        (None, {"OPTIONS": {"prepare_threshold": 5}}, True),
+        (False, {}, False),
+        (True, {"DISABLE_SERVER_SIDE_CURSORS": True}, True),
+    ],
+    ids=["pooler_cursors_off", "psycopg_prepares_off", "psycopg_prepares", "off", "forced"],
+)
+def test_notify_is_not_prepared_where_a_transaction_pooler_may_sit(
+    monkeypatch, pgmsg_setting, database_settings, prepares
+):
+    """Django's DISABLE_SERVER_SIDE_CURSORS (its setting for transaction-mode poolers) and
+    OPTIONS that turn psycopg's preparing off keep notify() unprepared; the PGMSG setting
+    decides where it is set."""
+    for key, value in database_settings.items():
+        monkeypatch.setitem(connection.settings_dict, key, value)
+    with override_settings(PGMSG={"PREPARE_STATEMENTS": pgmsg_setting}):
+        reconnect()
+        for n in range(3):
+            pgmsg.notify(Work(key=f"k{n}"))
+        assert len(prepared_sends()) == (1 if prepares else 0)
+    reconnect()
+    drain()
+    assert effect_counts() == {"k0": 1, "k1": 1, "k2": 1}
+
+
+def test_a_statement_deallocated_behind_pgmsgs_back_is_prepared_anew_or_the_error_says_why():
+    """Where the session lost the statement (DEALLOCATE ALL here; a transaction-mode pooler
+    that moved the connection to another server session, in production), notify() in
+    autocommit prepares it again and sends (nothing had run); inside a transaction the
+    transaction is aborted: the error names the setting, the transaction's messages are gone
+    with it, and the next transaction prepares anew."""
+    pgmsg.notify(Work(key="before"))
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    pgmsg.notify(Work(key="autocommit"))
+    assert len(prepared_sends()) == 1
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")
+    with pytest.raises(Exception) as raised, transaction.atomic():
+        Effect.objects.create(key="in the transaction", listener="test")
+        pgmsg.notify(Work(key="lost with its transaction"))
+    cause = raised.value.__cause__ or raised.value
+    assert isinstance(cause, psycopg.errors.InvalidSqlStatementName)
+    assert any("PREPARE_STATEMENTS" in note for note in cause.__notes__)
+    assert not Effect.objects.filter(key="in the transaction").exists()
+    with transaction.atomic():
+        pgmsg.notify(Work(key="next transaction"))
+    drain()
+    assert effect_counts() == {"before": 1, "autocommit": 1, "next transaction": 1}
+
+
+def test_a_statement_the_session_already_has_is_run_by_name():
+    """A session that has pgmsg's statement though this connection never prepared it (another
+    client's, behind a pooler): the name is its text's hash, so it is the same statement."""
+    from pgmsg.core import libpq
+
+    pgmsg.notify(Work(key="a"))
+    libpq._prepared_names.pop(connection.connection)  # forgotten here, still in the session
+    pgmsg.notify(Work(key="b"))
+    assert len(prepared_sends()) == 1
+    drain()
+    assert effect_counts() == {"a": 1, "b": 1}
 
 
 # -- notify() through libpq when psycopg would send nothing before it (core.libpq.one_value) --
@@ -258,9 +323,9 @@ def direct_sends(monkeypatch):
     calls = []
     real = libpq.one_value
 
-    def counted(conn, statement, values):
+    def counted(conn, statement, values, **options):
         calls.append(values[0])  # the channel
-        return real(conn, statement, values)
+        return real(conn, statement, values, **options)
 
     monkeypatch.setattr(libpq, "one_value", counted)
     return calls

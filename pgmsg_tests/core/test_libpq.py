@@ -10,6 +10,7 @@ import tempfile
 import psycopg
 import pytest
 from django.db import ProgrammingError, connection, transaction
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from psycopg.pq import TransactionStatus
 
@@ -368,10 +369,10 @@ def test_the_claims_dumper_sends_an_int8_array_through_psycopgs_cursor():
         assert cursor.fetchone()[0] == [3, -4, 2**62]
 
 
-# -- sends prepared by name where Django's OPTIONS want prepared statements ----------------------
+# -- sends prepared by name (PGMSG["PREPARE_STATEMENTS"]) ------------------------------------
 
 
-def test_append_and_receive_are_prepared_once_per_connection_where_prepare_threshold_is_set():
+def test_append_and_receive_are_prepared_once_per_connection_unless_told_not_to():
     import pgmsg
     from pgmsg_tests.testapp.events_handlers import Step
 
@@ -380,12 +381,12 @@ def test_append_and_receive_are_prepared_once_per_connection_where_prepare_thres
             cursor.execute("SELECT name, statement FROM pg_prepared_statements")
             return dict(cursor.fetchall())
 
-    pgmsg.append("prepared-0", Step(n=0))
-    pgmsg.receive("test.inbox", "prepared-0", type="work", payload={})
-    assert prepared() == {}  # Django's default: nothing prepared (transaction-mode poolers)
+    with override_settings(PGMSG={"PREPARE_STATEMENTS": False}):
+        connection.close()
+        pgmsg.append("prepared-0", Step(n=0))
+        pgmsg.receive("test.inbox", "prepared-0", type="work", payload={})
+        assert prepared() == {}
     connection.close()
-    connection.ensure_connection()
-    connection.connection.prepare_threshold = 5  # as OPTIONS {"prepare_threshold": 5} does
     for n in range(1, 4):
         pgmsg.append("prepared-1", Step(n=n))
         assert pgmsg.receive("test.inbox", f"prepared-{n}", type="work", payload={}).stored

@@ -8,6 +8,7 @@ import psycopg
 import pytest
 from django.db import connection
 
+from pgmsg.channels import sending
 from pgmsg.channels.source import ANY_CHANNEL_WAKE, NotificationSource
 from pgmsg.core import wake
 from pgmsg.models import Notification
@@ -61,11 +62,26 @@ def send_work(conn: psycopg.Connection) -> None:
     conn.execute("SELECT pgmsg_send('test.work', '{\"key\": \"w\"}')")
 
 
+def send_prepared_work(conn: psycopg.Connection) -> None:
+    """notify()'s statement where it is prepared: pgmsg_send's steps written out."""
+    conn.execute(
+        sending.QUERIES["send_prepared"],
+        {"channel": "test.work", "payload": '{"key": "w"}'},
+        prepare=True,
+    )
+
+
 PRODUCERS = pytest.mark.parametrize(
     "produce, woken",
-    [(insert_work, ANY_CHANNEL_WAKE), (send_work, "test.work")],
-    ids=["sql_insert", "pgmsg_send"],
+    [
+        (insert_work, ANY_CHANNEL_WAKE),
+        (send_work, "test.work"),
+        (send_prepared_work, "test.work"),
+    ],
+    ids=["sql_insert", "pgmsg_send", "notify_prepared"],
 )
+#: notify()'s two statements: pgmsg_send(), and the one prepared on the connection.
+SENDS = pytest.mark.parametrize("send", [send_work, send_prepared_work], ids=["call", "prepared"])
 
 
 def test_a_notification_worker_is_idle_for_its_channels_and_for_any_channel():
@@ -86,10 +102,11 @@ def test_a_producer_notifies_while_a_worker_is_declared_idle_for_its_channel(pro
         assert wakes_after(produce) == [woken]
 
 
-def test_an_idle_worker_of_another_channel_does_not_make_pgmsg_send_notify():
+@SENDS
+def test_an_idle_worker_of_another_channel_does_not_make_a_send_notify(send):
     with connect(autocommit=True) as worker:
         wake.IdleDeclaration(["test.typed", "inbox:test.inbox"]).declare(worker.cursor())
-        assert wakes_after(send_work) == []
+        assert wakes_after(send) == []
 
 
 def test_an_sql_insert_wakes_only_workers_of_stored_channels():
@@ -272,7 +289,8 @@ def test_a_declaration_knows_when_its_connection_is_gone():
 # -- one wake per channel and transaction (pgmsg_send, and created_at's default) -------------
 
 
-def test_a_second_row_of_a_channel_in_a_transaction_does_not_wake_again():
+@SENDS
+def test_a_second_row_of_a_channel_in_a_transaction_does_not_wake_again(send):
     """The first row's wake check holds the producing lock until the commit, so a worker
     that declares itself idle after it cannot sleep before the commit: later rows of the
     transaction need no check of their own (the woken mark skips them)."""
@@ -281,13 +299,14 @@ def test_a_second_row_of_a_channel_in_a_transaction_does_not_wake_again():
         idle = wake.IdleDeclaration(WORKER_PAYLOADS)
         assert idle.declare(worker.cursor()) is False, "the first row's lock holds the barrier"
         insert_work(producer)
-        send_work(producer)
+        send(producer)
         producer.commit()
         assert idle.declare(worker.cursor()) is True  # the worker now looks: both rows are there
     assert Notification.objects.count() == 3
 
 
-def test_a_rolled_back_savepoint_forgets_that_its_channel_was_woken():
+@SENDS
+def test_a_rolled_back_savepoint_forgets_that_its_channel_was_woken(send):
     """The mark that skips later rows is undone with the savepoint, as the lock it relies
     on is: the next row checks again, and NOTIFYs for a worker that went idle meanwhile."""
     with connect(autocommit=True) as worker:
@@ -296,10 +315,10 @@ def test_a_rolled_back_savepoint_forgets_that_its_channel_was_woken():
         def produce(conn):
             with conn.transaction():  # a savepoint inside the producer's transaction
                 insert_work(conn)  # nobody idle yet: no NOTIFY
-                send_work(conn)
+                send(conn)
                 raise psycopg.Rollback
             assert idle.declare(worker.cursor()) is True, "the savepoint's lock went with it"
-            send_work(conn)
+            send(conn)
 
         assert wakes_after(produce) == ["test.work"]
 
@@ -335,7 +354,8 @@ def test_a_lingering_worker_looks_last_when_idle_after_runs_out():
 
 
 def test_pgmsg_send_takes_the_keys_pgmsg_wake_takes():
-    """Migration 0021 writes pgmsg_wake's check into pgmsg_send: the same two lock classes."""
+    """Migration 0021 writes pgmsg_wake's check into pgmsg_send, and notify()'s prepared
+    statement writes it out again: the same two lock classes."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT prosrc FROM pg_proc WHERE proname IN ('pgmsg_send', 'pgmsg_wake') "
@@ -345,3 +365,4 @@ def test_pgmsg_send_takes_the_keys_pgmsg_wake_takes():
     for key in (wake.PRODUCING_CLASS, wake.IDLE_CLASS):
         assert f"({key}, hashtext(channel_name))" in send
         assert f"({key}, hashtext(payload))" in wake_
+        assert f"({key}, hashtext(%(channel)s))" in sending.QUERIES["send_prepared"]
