@@ -365,7 +365,9 @@ def test_append_inside_an_execute_wrapper_goes_through_psycopgs_cursor(monkeypat
     sent_by_libpq = []
     one_value = libpq.one_value
     monkeypatch.setattr(
-        libpq, "one_value", lambda *args: sent_by_libpq.append(args) or one_value(*args)
+        libpq,
+        "one_value",
+        lambda *args, **options: sent_by_libpq.append(args) or one_value(*args, **options),
     )
     pgmsg.append("plain-1", Opened(owner="n"))
     assert len(sent_by_libpq) == 1
