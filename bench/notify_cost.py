@@ -6,10 +6,12 @@ This splits it: client CPU (this Python process) and server CPU (the backend ser
 INSERT prepared (psycopg's default, the ceiling of bench/wakeups.py) and not (Django's
 default), then pgmsg_notification's columns and indexes, its insert in a PL/pgSQL function,
 pgmsg_send's wake check, pgmsg_send() itself on the table (no trigger since migration 0028),
-each prepared; then pgmsg_send() not prepared as notify() sends it, an SQL producer's INSERT
-(created_at's default wakes), Django's cursor wrapper (which notify() skips unless asked), and
-notify() itself. synchronous_commit is off in these sessions so that the figures are CPU,
-not waiting for the WAL flush. With 2 cores and 8 or more producers the machine is CPU-bound,
+each prepared; then pgmsg_send() not prepared (as notify() sends it where
+PGMSG["PREPARE_STATEMENTS"] is off), its steps written out in one prepared statement (as
+notify() sends it by default), an SQL producer's INSERT (created_at's default wakes), Django's
+cursor wrapper (which notify() skips unless asked), and notify() itself, prepared and not.
+synchronous_commit is off in these sessions so that the figures are CPU, not waiting for the
+WAL flush. With 2 cores and 8 or more producers the machine is CPU-bound,
 so the ratio of these sums is about the ratio of commit rates there.
 
     python bench/notify_cost.py [--calls 5000] [--reps 3]
@@ -115,6 +117,19 @@ def main() -> None:
     def libpq_send() -> None:
         libpq.one_value(unprepared, sending._SEND_STATEMENT, [params["channel"], payload])
 
+    def libpq_send_prepared() -> None:
+        values = [params["channel"], payload]
+        libpq.one_value(unprepared, sending._SEND_PREPARED, values, prepare=True)
+
+    def notify_unprepared() -> None:
+        # What PREPARE_STATEMENTS None reads as a transaction-mode pooler (libpq.prepares),
+        # set for the one call: override_settings would rebuild pgmsg's settings each time.
+        connection.settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = True
+        try:
+            pgmsg.notify(Tick(seq=1))
+        finally:
+            del connection.settings_dict["DISABLE_SERVER_SIDE_CURSORS"]
+
     def django_send() -> None:
         with connection.cursor() as cursor:
             cursor.execute(call_of("pgmsg_send"), params)
@@ -158,9 +173,14 @@ def main() -> None:
             lambda: raw.execute(call_of("pgmsg_send"), params).fetchone(),
         ),
         (
-            "the same, not prepared, through libpq (as notify() sends it)",
+            "the same, not prepared, through libpq (PREPARE_STATEMENTS False)",
             unprepared_pid,
             libpq_send,
+        ),
+        (
+            "its steps written out, prepared, through libpq (as notify())",
+            unprepared_pid,
+            libpq_send_prepared,
         ),
         (
             "an SQL producer's INSERT (created_at's default wakes)",
@@ -169,6 +189,7 @@ def main() -> None:
         ),
         ("pgmsg_send() through Django's cursor wrapper", django_pid, django_send),
         ("pgmsg.notify()", django_pid, lambda: pgmsg.notify(Tick(seq=1))),
+        ("pgmsg.notify(), PREPARE_STATEMENTS False", django_pid, notify_unprepared),
     ]
     results: dict[str, list[tuple[float, float]]] = {}
     for _ in range(args.reps):
