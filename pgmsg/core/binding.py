@@ -98,8 +98,9 @@ def with_placeholders(
     """(``query`` bound as bound_once binds it, with ``$1``... in place of the varying
     integers, to be prepared; those integers' names in that order), kept per connection as
     bound_once keeps its statements; None where bound_once would bind it whole (a varying
-    value that is not an integer, a fixed one that cannot be a key)."""
-    if any(type(params[name]) is not int for name in varying):
+    value that is neither an integer nor None, a fixed one that cannot be a key). A varying
+    None is sent as NULL in its place, to the same statement."""
+    if any(type(params[name]) is not int and params[name] is not None for name in varying):
         return None
     kept = _kept(db, "_pgmsg_prepared")
     try:
