@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import struct
 import uuid
 import weakref
@@ -24,6 +25,8 @@ from psycopg.pq import ExecStatus, PGresult, PipelineStatus, TransactionStatus
 from psycopg.waiting import Wait
 
 from pgmsg.core import binding, conf
+
+logger = logging.getLogger("pgmsg")
 
 _ROWS_OR_DONE = (ExecStatus.TUPLES_OK, ExecStatus.COMMAND_OK)
 WAIT_R = Wait.R
@@ -56,10 +59,44 @@ def prepares(db: BaseDatabaseWrapper) -> bool:
     if setting is not None:
         return setting
     settings = db.settings_dict
-    if settings.get("DISABLE_SERVER_SIDE_CURSORS"):
+    if settings.get("DISABLE_SERVER_SIDE_CURSORS") or db.alias in _stopped_preparing:
         return False
     options = settings.get("OPTIONS") or {}
     return "prepare_threshold" not in options or options["prepare_threshold"] is not None
+
+
+def send_value(
+    db: BaseDatabaseWrapper,
+    conn: psycopg.Connection,
+    statement: bytes,
+    values: list[str | bytes | None],
+    *,
+    prepared_statement: bytes | None = None,
+) -> int | None:
+    """one_value on ``db``'s connection ``conn``: ``prepared_statement`` (or ``statement``)
+    prepared where prepares(db) says so, else ``statement`` as it is. Where a session turns out
+    to lack a statement inside a transaction (the error names the settings, POOLER_HINT), this
+    process stops preparing on ``db`` while PREPARE_STATEMENTS is None: something between it
+    and PostgreSQL (a transaction-mode pooler that loses them, a pool that resets sessions)
+    would fail the next transactions the same way; the error surfaces once and is logged."""
+    if not prepares(db):
+        return one_value(conn, statement, values)
+    try:
+        return one_value(conn, prepared_statement or statement, values, prepare=True)
+    except _STATEMENT_LOST:
+        if conf.get().PREPARE_STATEMENTS is None:
+            _stopped_preparing.add(db.alias)
+            logger.warning(
+                "pgmsg: a prepared statement was missing from (or already in) the server "
+                "session of database %r; pgmsg stops preparing there in this process. %s",
+                db.alias,
+                POOLER_HINT,
+            )
+        raise
+
+
+#: Database aliases on which send_value stopped preparing (in this process).
+_stopped_preparing: set[str] = set()
 
 
 #: What a failed prepared statement's error says besides PostgreSQL's own message.
@@ -230,10 +267,10 @@ def fetch_value(
     with db.wrap_database_errors:
         conn = db.connection
         if libpq_statement is not None and can_send(conn):
-            if prepares(db):
-                statement = prepared_statement or libpq_statement
-                return one_value(conn, statement, list(params.values()), prepare=True)
-            return one_value(conn, libpq_statement, list(params.values()))
+            values = list(params.values())
+            return send_value(
+                db, conn, libpq_statement, values, prepared_statement=prepared_statement
+            )
         cursor = _cursor_of(db)
         cursor.execute(query, params)
         return cursor.fetchone()[0]

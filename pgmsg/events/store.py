@@ -368,7 +368,7 @@ def _insert(connection, params: dict, expected: int | None) -> int | None:
             libpq.uuid_array(params["ids"]),
             None if expected is None else str(expected),
         ]
-        return libpq.one_value(conn, _APPEND_STATEMENT, values, prepare=libpq.prepares(connection))
+        return libpq.send_value(connection, conn, _APPEND_STATEMENT, values)
     with psycopg.Cursor(conn) as cursor:
         cursor.execute(QUERIES["append"], {**params, "expected": expected})
         return cursor.fetchone()[0]

@@ -273,17 +273,29 @@ def test_notify_is_not_prepared_where_a_transaction_pooler_may_sit(
     assert effect_counts() == {"k0": 1, "k1": 1, "k2": 1}
 
 
-def test_a_statement_deallocated_behind_pgmsgs_back_is_prepared_anew_or_the_error_says_why():
+@pytest.fixture
+def stopped_preparing():
+    """libpq's record of the databases it stopped preparing on, emptied after the test."""
+    from pgmsg.core import libpq
+
+    yield libpq._stopped_preparing
+    libpq._stopped_preparing.clear()
+
+
+def test_a_statement_deallocated_behind_pgmsgs_back_is_prepared_anew_or_the_error_says_why(
+    stopped_preparing, caplog
+):
     """Where the session lost the statement (DEALLOCATE ALL here; a transaction-mode pooler
-    that moved the connection to another server session, in production), notify() in
-    autocommit prepares it again and sends (nothing had run); inside a transaction the
-    transaction is aborted: the error names the setting, the transaction's messages are gone
-    with it, and the next transaction prepares anew."""
+    that moved the connection to another server session, or a pool that resets sessions, in
+    production), notify() in autocommit prepares it again and sends (nothing had run). Inside
+    a transaction the transaction is aborted: the error names the settings, the transaction's
+    messages are gone with it, and the process stops preparing on that database (logged), so
+    that the next transactions go through."""
     pgmsg.notify(Work(key="before"))
     with connection.cursor() as cursor:
         cursor.execute("DEALLOCATE ALL")
     pgmsg.notify(Work(key="autocommit"))
-    assert len(prepared_sends()) == 1
+    assert len(prepared_sends()) == 1 and not stopped_preparing
     with connection.cursor() as cursor:
         cursor.execute("DEALLOCATE ALL")
     with pytest.raises(Exception) as raised, transaction.atomic():
@@ -293,10 +305,19 @@ def test_a_statement_deallocated_behind_pgmsgs_back_is_prepared_anew_or_the_erro
     assert isinstance(cause, psycopg.errors.InvalidSqlStatementName)
     assert any("PREPARE_STATEMENTS" in note for note in cause.__notes__)
     assert not Effect.objects.filter(key="in the transaction").exists()
-    with transaction.atomic():
-        pgmsg.notify(Work(key="next transaction"))
+    assert stopped_preparing == {"default"}
+    assert "stops preparing" in caplog.text
+    for n in range(2):
+        with transaction.atomic():
+            pgmsg.notify(Work(key=f"next transaction {n}"))
+    assert prepared_sends() == []
     drain()
-    assert effect_counts() == {"before": 1, "autocommit": 1, "next transaction": 1}
+    assert effect_counts() == {
+        "before": 1,
+        "autocommit": 1,
+        "next transaction 0": 1,
+        "next transaction 1": 1,
+    }
 
 
 def test_a_statement_the_session_already_has_is_run_by_name():

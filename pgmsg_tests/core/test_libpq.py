@@ -334,11 +334,25 @@ def test_a_prepared_statement_deallocated_behind_its_back_is_prepared_anew_in_th
     assert values() == ["before"]
 
 
-def test_a_varying_value_that_is_not_an_integer_is_bound_in_full_not_prepared():
-    params = {"names": ["a", "b", "c"], "low": None, "high": 3, "skip": ""}
+def test_a_varying_value_that_is_neither_an_integer_nor_none_is_bound_in_full_not_prepared():
+    params = {"names": ["a", "b", "c"], "low": 1.5, "high": 3, "skip": ""}
     rows, messages = prepared_pick(params)
-    assert rows == [] and messages[0][0] == "Query" and messages[0][1].startswith(' "BEGIN;')
+    assert rows == [(2,)] and messages[0][0] == "Query"
+    assert messages[0][1].startswith(' "BEGIN;')
     assert server_prepared() == []
+
+
+def test_a_varying_none_is_a_null_parameter_of_the_same_prepared_statement():
+    with connection.cursor() as cursor:
+        cursor.execute(PICK, {"names": ["a", "b", "c"], "low": None, "high": 3, "skip": ""})
+        expected = cursor.fetchall()
+    for low in (None, 1, None):
+        params = {"names": ["a", "b", "c"], "low": low, "high": 3, "skip": ""}
+        rows, messages = prepared_pick(params)
+        assert rows == (expected if low is None else [(1,), (2,)])
+        assert [kind for kind, _ in messages][-2:] == ["Sync", "Query"]  # by name, then COMMIT
+    (statement,) = server_prepared()
+    assert "x >= $1 AND x<$2" in statement
 
 
 # -- libpq.int8_array, read back by the server (text_array and uuid_array: events) ---------
