@@ -122,7 +122,7 @@ def main() -> None:
         libpq.one_value(unprepared, sending._SEND_PREPARED, values, prepare=True)
 
     def notify_unprepared() -> None:
-        # What PREPARE_STATEMENTS None reads as a transaction-mode pooler (libpq.prepares),
+        # What PREPARE_STATEMENTS None reads as a transaction-mode pooler (prepared.prepares),
         # set for the one call: override_settings would rebuild pgmsg's settings each time.
         connection.settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = True
         try:

@@ -127,7 +127,7 @@ def send_record(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int)
         return SentRecord(None, worker)
     pgconn = conn.pgconn
     # Planned once per connection, as psycopg would prepare it.
-    name = libpq.prepared(conn, _RECORD_STATEMENT, param_types=_RECORD_TYPES)
+    name = libpq.prepare_once(conn, _RECORD_STATEMENT, param_types=_RECORD_TYPES)
     row = worker.claim_row
     params = [kind.encode(), libpq.int8_array(list(ids)), b"%d" % xid, b"%d" % os.getpid()]
     params.append(None if row is None else b"%d" % row)

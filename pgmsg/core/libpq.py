@@ -10,12 +10,8 @@ patches Django's or psycopg's cursor classes, such as some APM agents).
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import logging
 import struct
 import uuid
-import weakref
 from typing import Any
 
 import psycopg
@@ -24,9 +20,7 @@ from psycopg import adapt, generators
 from psycopg.pq import ExecStatus, PGresult, PipelineStatus, TransactionStatus
 from psycopg.waiting import Wait
 
-from pgmsg.core import binding, conf
-
-logger = logging.getLogger("pgmsg")
+from pgmsg.core import binding, conf, prepared
 
 _ROWS_OR_DONE = (ExecStatus.TUPLES_OK, ExecStatus.COMMAND_OK)
 WAIT_R = Wait.R
@@ -48,23 +42,6 @@ def can_send(conn: psycopg.Connection) -> bool:
     )
 
 
-def prepares(db: BaseDatabaseWrapper) -> bool:
-    """Whether pgmsg prepares its hot statements on ``db``'s connections (one_value's
-    ``prepare``): PGMSG["PREPARE_STATEMENTS"], and where that is None, unless ``db``'s settings
-    say a transaction-mode pooler may sit in between, which may run the next transaction on a
-    server session that lacks the statement (PgBouncer before 1.21 does): Django's
-    DISABLE_SERVER_SIDE_CURSORS, which its docs ask for behind such a pooler, or OPTIONS that
-    turn psycopg's prepared statements off themselves."""
-    setting = conf.get().PREPARE_STATEMENTS
-    if setting is not None:
-        return setting
-    settings = db.settings_dict
-    if settings.get("DISABLE_SERVER_SIDE_CURSORS") or db.alias in _stopped_preparing:
-        return False
-    options = settings.get("OPTIONS") or {}
-    return "prepare_threshold" not in options or options["prepare_threshold"] is not None
-
-
 def send_value(
     db: BaseDatabaseWrapper,
     conn: psycopg.Connection,
@@ -74,44 +51,16 @@ def send_value(
     prepared_statement: bytes | None = None,
 ) -> int | None:
     """one_value on ``db``'s connection ``conn``: ``prepared_statement`` (or ``statement``)
-    prepared where prepares(db) says so, else ``statement`` as it is. Where a session turns out
-    to lack a statement inside a transaction (the error names the settings, POOLER_HINT), this
-    process stops preparing on ``db`` while PREPARE_STATEMENTS is None: something between it
-    and PostgreSQL (a transaction-mode pooler that loses them, a pool that resets sessions)
-    would fail the next transactions the same way; the error surfaces once and is logged."""
-    if not prepares(db):
+    prepared where prepared.prepares(db) says so, else ``statement`` as it is. Where a session
+    turns out to lack a statement inside a transaction, the error goes on, and this process
+    stops preparing on ``db`` (prepared.stop)."""
+    if not prepared.prepares(db):
         return one_value(conn, statement, values)
     try:
         return one_value(conn, prepared_statement or statement, values, prepare=True)
-    except _STATEMENT_LOST:
-        if conf.get().PREPARE_STATEMENTS is None:
-            _stopped_preparing.add(db.alias)
-            logger.warning(
-                "pgmsg: a prepared statement was missing from (or already in) the server "
-                "session of database %r; pgmsg stops preparing there in this process. %s",
-                db.alias,
-                POOLER_HINT,
-            )
+    except prepared.LOST:
+        prepared.stop(db)
         raise
-
-
-#: Database aliases on which send_value stopped preparing (in this process).
-_stopped_preparing: set[str] = set()
-
-
-#: What a failed prepared statement's error says besides PostgreSQL's own message.
-POOLER_HINT = (
-    "pgmsg prepares its statements on each connection (PGMSG['PREPARE_STATEMENTS']); a "
-    "statement missing from, or already in, the server session means a transaction-mode "
-    "pooler moved this connection to another one: set PGMSG['PREPARE_STATEMENTS'] = False or "
-    "DATABASES[...]['DISABLE_SERVER_SIDE_CURSORS'] = True, or let the pooler keep prepared "
-    "statements (PgBouncer 1.21+: max_prepared_statements)"
-)
-#: A prepared statement the session does not have, and one it already has.
-_STATEMENT_LOST = (
-    psycopg.errors.InvalidSqlStatementName,
-    psycopg.errors.DuplicatePreparedStatement,
-)
 
 
 def one_value(
@@ -129,11 +78,12 @@ def one_value(
     and more when many producer processes share two cores (they ran at 0.59 of plain INSERT
     at 8 producers, this at 0.75; docs/wakeups.md).
 
-    ``prepare`` (prepares(db)): the statement is prepared on its first use on the connection
-    and executed by name from then on: the server skips its parse and plan. Where the server
-    session turns out to lack it, or to have it already (a pooler moved the connection), the
-    call is made again after preparing anew if no transaction was under way (nothing ran);
-    inside one, the transaction is aborted and the error says so (POOLER_HINT)."""
+    ``prepare`` (prepared.prepares(db)): the statement is prepared on its first use on the
+    connection and executed by name from then on: the server skips its parse and plan. Where
+    the server session turns out to lack it, or to have it already (a pooler moved the
+    connection), the call is made again after preparing anew if no transaction was under way
+    (nothing ran); inside one, the transaction is aborted and the error says so
+    (prepared.POOLER_HINT)."""
     encoding = conn.info.encoding
     params = [v if v is None or type(v) is bytes else v.encode(encoding) for v in values]
     formats = [1 if type(v) is bytes else 0 for v in values]
@@ -145,12 +95,12 @@ def one_value(
         outside = conn.pgconn.transaction_status == TransactionStatus.IDLE
         try:
             results = _run_prepared(conn, statement, params, formats)
-        except _STATEMENT_LOST as lost:
+        except prepared.LOST as lost:
             if isinstance(lost, psycopg.errors.DuplicatePreparedStatement):
                 # The session has it (its name is its text's hash): run it by name.
-                _prepared_names.setdefault(conn, set()).add(_statement_name(statement))
+                prepared.names_on(conn).add(prepared.name_of(statement))
             else:
-                _prepared_names.pop(conn, None)  # to be prepared anew
+                prepared.forget(conn)  # to be prepared anew
             if not outside:
                 raise
             results = _run_prepared(conn, statement, params, formats)
@@ -160,40 +110,29 @@ def one_value(
 
 def _run_prepared(conn, statement: bytes, params: list, formats: list[int]) -> list[PGresult]:
     try:
-        name = prepared(conn, statement)
+        name = prepare_once(conn, statement)
         return _run(
             conn, lambda pgconn: pgconn.send_query_prepared(name, params, param_formats=formats)
         )
-    except _STATEMENT_LOST as e:
-        if POOLER_HINT not in getattr(e, "__notes__", ()):
-            e.add_note(POOLER_HINT)
+    except prepared.LOST as e:
+        if prepared.POOLER_HINT not in getattr(e, "__notes__", ()):
+            e.add_note(prepared.POOLER_HINT)
         raise
 
 
-def prepared(
+def prepare_once(
     conn: psycopg.Connection, statement: bytes, param_types: list[int] | None = None
 ) -> bytes:
     """The name of ``statement`` prepared on ``conn``, preparing it there the first time (a
     prepared statement outlives a rolled-back transaction: the server keeps it until the
     session ends or it is deallocated). ``param_types``: the parameters' type oids, where the
     statement does not say them itself."""
-    name = _statement_name(statement)
-    names = _prepared_names.setdefault(conn, set())
+    name = prepared.name_of(statement)
+    names = prepared.names_on(conn)
     if name not in names:
         _run(conn, lambda pgconn: pgconn.send_prepare(name, statement, param_types=param_types))
         names.add(name)
     return name
-
-
-@functools.cache
-def _statement_name(statement: bytes) -> bytes:
-    return b"pgmsg_" + hashlib.blake2b(statement, digest_size=8).hexdigest().encode()
-
-
-#: The statements prepared() has prepared on each connection (a new connection prepares anew).
-_prepared_names: weakref.WeakKeyDictionary[psycopg.Connection, set[bytes]] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 # PostgreSQL's binary form of a one-dimensional array without NULLs (what array_recv reads):
@@ -387,12 +326,12 @@ def opening_rows(
         values = [None if params[n] is None else b"%d" % params[n] for n in names]
         with db.wrap_database_errors:
             try:
-                results = _run_after_begin(conn, prepared(conn, text), values)
+                results = _run_after_begin(conn, prepare_once(conn, text), values)
             except psycopg.errors.InvalidSqlStatementName:
                 # Deallocated behind pgmsg's back (a DEALLOCATE ALL or DISCARD ALL on the
                 # connection). Nothing but the BEGIN ran: roll back, prepare anew, once.
                 _run(conn, lambda pgconn: pgconn.send_query(b"ROLLBACK"))
-                results = _run_after_begin(conn, prepared(conn, text), values)
+                results = _run_after_begin(conn, prepare_once(conn, text), values)
         return _loaded(raw_cursor, results)
     else:
         text = b"BEGIN;\n" + binding.bound_once(db, raw_cursor, query, params, varying)
@@ -440,7 +379,7 @@ def _run_after_begin(
     for result in results:
         if result.status not in _ROWS_OR_DONE:
             if result.error_field(DIAG_SQLSTATE) == b"26000":
-                _prepared_names.pop(conn, None)
+                prepared.forget(conn)
             raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
     return results[1:]  # the first is BEGIN's
 

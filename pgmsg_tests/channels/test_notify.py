@@ -275,11 +275,12 @@ def test_notify_is_not_prepared_where_a_transaction_pooler_may_sit(
 
 @pytest.fixture
 def stopped_preparing():
-    """libpq's record of the databases it stopped preparing on, emptied after the test."""
-    from pgmsg.core import libpq
+    """The record of the databases this process stopped preparing on, emptied after the
+    test."""
+    from pgmsg.core import prepared
 
-    yield libpq._stopped_preparing
-    libpq._stopped_preparing.clear()
+    yield prepared._stopped
+    prepared._stopped.clear()
 
 
 def test_a_statement_deallocated_behind_pgmsgs_back_is_prepared_anew_or_the_error_says_why(
@@ -323,10 +324,10 @@ def test_a_statement_deallocated_behind_pgmsgs_back_is_prepared_anew_or_the_erro
 def test_a_statement_the_session_already_has_is_run_by_name():
     """A session that has pgmsg's statement though this connection never prepared it (another
     client's, behind a pooler): the name is its text's hash, so it is the same statement."""
-    from pgmsg.core import libpq
+    from pgmsg.core import prepared
 
     pgmsg.notify(Work(key="a"))
-    libpq._prepared_names.pop(connection.connection)  # forgotten here, still in the session
+    prepared.forget(connection.connection)  # forgotten here, still in the session
     pgmsg.notify(Work(key="b"))
     assert len(prepared_sends()) == 1
     drain()
