@@ -138,35 +138,39 @@ def test_a_worker_makes_a_dropped_read_function_again_and_goes_on():
 # -- the read prepared on the worker's connection -------------------------------------------------
 
 PREPARED = pgmsg.Subscription("test-rp-prepared", category="prep", partitions=1)
-prepared_handled: list[int] = []
-PREPARED.handler(Shipped)(lambda recorded: prepared_handled.append(recorded.event.n))
+PREPARED.handler(Shipped)(lambda recorded: None)
 
 
 def test_the_read_is_prepared_once_on_the_workers_connection_with_or_without_a_horizon():
-    """The read goes by name from its second batch on: one statement whose horizon is its
-    parameter, NULL when the function is to read the horizon itself (a wake-up's read) or the
-    horizon a read returned."""
+    """The read goes by name: one statement per partition, floor and batch size, whose
+    horizon is its parameter, NULL when the function is to read the horizon itself (a
+    wake-up's read) or the horizon given."""
     from pgmsg.core.worker import Worker
 
-    prepared_handled.clear()
-    worker = Worker(subscriptions=[PREPARED.name], install_signal_handlers=False)
-    for n in range(3):
-        pgmsg.append(f"prep-{n}", Shipped(n=n))
-        wait_for(
-            lambda n=n: worker.process(worker.sources[0]) >= 0 and n in prepared_handled,
-            message=f"event {n} handled",
-        )
-    assert sorted(prepared_handled) == [0, 1, 2]
-    with connection.cursor() as cursor:
-        xmin = reads.read_horizon(cursor)
-    with transaction.atomic():  # a read with the horizon given: the same statement
-        rows, horizon = worker.sources[0]._lock_and_read(connection, 0, xmin, 100, None)
-        assert horizon == xmin and rows[0][HORIZON_USED] == xmin
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT name, statement FROM pg_prepared_statements WHERE statement LIKE %s",
-            [f"%{subscriptions.read_function(PREPARED)}(%"],
-        )
-        rows = cursor.fetchall()
-    assert len(rows) == 1 and rows[0][0].startswith("pgmsg_"), rows
-    assert "$1::text" in rows[0][1]  # the horizon
+    source = Worker(subscriptions=[PREPARED.name], install_signal_handlers=False).sources[0]
+    with transaction.atomic(), connection.cursor() as cursor:
+        ensure_partitions(PREPARED, cursor)
+    pgmsg.append("prep-1", Shipped(n=1))
+    connection.close()  # a new session: nothing prepared on it yet
+
+    def read(xmin: int | None) -> tuple[list[int], int | None]:
+        with transaction.atomic():
+            rows, horizon = source._lock_and_read(connection, 0, xmin, 100, None)
+            transaction.set_rollback(True)  # the checkpoint stays: every read reads the same
+        return [row[7] for row in rows if row[7] is not None], horizon
+
+    def prepared_reads() -> list[tuple[str, str]]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT name, statement FROM pg_prepared_statements WHERE statement LIKE %s",
+                [f"%{subscriptions.read_function(PREPARED)}(%"],
+            )
+            return cursor.fetchall()
+
+    positions, horizon = read(None)  # the function reads the horizon itself
+    assert len(positions) == 1 and horizon is not None
+    (statement,) = prepared_reads()
+    assert statement[0].startswith("pgmsg_") and "$1::text" in statement[1]  # the horizon
+    assert read(horizon) == (positions, horizon)
+    assert read(None)[0] == positions
+    assert prepared_reads() == [statement]
