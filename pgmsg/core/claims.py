@@ -113,14 +113,20 @@ _RECORD_TYPES += [_INT8, psycopg.postgres.types["int4"].oid, _INT8]
 
 def send_record(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int) -> SentRecord:
     """record_and_count in two halves: the record is sent now, and travels, commits and is
-    counted while the caller decodes its batch; ``.crashes()`` then reads the answer (which
-    must come before any handler runs). Use it as a context manager: an answer not read
-    (an error on the way) is read and dropped at the block's end, so that the connection
-    is free again.
+    counted while the caller decodes its batch; ``.crashes()`` then reads the answer, which
+    must come before any handler runs when a crash may be on record. When the batch's read
+    found none (no claim of its kind whose batch died: none of its rows can be a suspect),
+    the handlers may run while the record commits, and the answer is read at the end of the
+    ``with`` block (after the batch's commit), or before the side connection's next use
+    (settle). Use it as a context manager: at the block's end the answer is read, its error
+    raised; when the block ends with an error of its own, the answer's is dropped.
 
     The statement goes through libpq's asynchronous calls on the worker's side connection:
     psycopg's own calls wait for the answer, and its pipeline mode waits for it as well before
-    the implicit transaction's Sync, which the commit needs."""
+    the implicit transaction's Sync, which the commit needs. The statement is in the socket
+    when this returns: a worker process killed afterwards (its handler's doing) leaves it to
+    the server, which runs and commits it (test_subscriptions_processes counts such deaths)."""
+    settle(worker)
     conn = worker.side_connection()
     worker.last_claim = xid
     if conn is None:
@@ -133,7 +139,15 @@ def send_record(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int)
     params.append(None if row is None else b"%d" % row)
     pgconn.send_query_prepared(name, params, param_formats=[0, 1, 0, 0, 0])
     _flush(pgconn)
-    return SentRecord(conn, worker)
+    record = worker.record_in_flight = SentRecord(conn, worker)
+    return record
+
+
+def settle(worker: sources.Worker) -> None:
+    """Read the answer of the worker's record still on its way, if one is: before anything
+    else is sent on the side connection (one statement at a time)."""
+    if worker.record_in_flight is not None:
+        worker.record_in_flight.crashes()
 
 
 def _flush(pgconn: psycopg.pq.abc.PGconn) -> None:
@@ -144,15 +158,19 @@ def _flush(pgconn: psycopg.pq.abc.PGconn) -> None:
 class SentRecord:
     """A claim record on its way (send_record)."""
 
-    def __init__(self, conn: psycopg.Connection | None, worker: sources.Worker) -> None:
+    def __init__(self, conn: psycopg.Connection | None, worker: sources.Worker | None) -> None:
         self._conn = conn
         self._worker = worker
+        #: Whether a record went out (not without a side connection, or with nothing to record).
+        self.sent = conn is not None
 
     def crashes(self) -> dict[int, int]:
         """Wait for the record's answer: the crashes of the recorded ids that have any."""
         conn, self._conn = self._conn, None
         if conn is None:
             return {}
+        if self._worker.record_in_flight is self:
+            self._worker.record_in_flight = None
         row, crashes = _answer(conn)
         self._worker.claim_row = row  # the next record replaces this one
         return crashes
@@ -160,12 +178,20 @@ class SentRecord:
     def __enter__(self) -> SentRecord:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        if self._conn is not None:
-            try:
-                self.crashes()
-            except psycopg.Error:
-                pass  # the error on the way is the one that counts
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: object) -> None:
+        if self._conn is None:
+            return
+        if exc_type is None:
+            self.crashes()
+            return
+        try:
+            self.crashes()
+        except psycopg.Error:
+            pass  # the error on the way is the one that counts
+
+
+#: No record sent: a batch with nothing to record, or run inside a caller's transaction.
+NOT_SENT = SentRecord(None, None)
 
 
 def _answer(conn: psycopg.Connection) -> tuple[int, dict[int, int]]:
@@ -213,6 +239,7 @@ def _rows(conn: psycopg.Connection, results: list) -> tuple[int, dict[int, int]]
 
 def narrow(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int) -> None:
     """The batch ``xid`` runs only ``ids`` of what it recorded (a suspect, alone)."""
+    settle(worker)
     conn = worker.side_connection()
     if conn is not None:
         conn.execute(
@@ -222,6 +249,7 @@ def narrow(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int) -> N
 
 def withdraw(worker: sources.Worker) -> None:
     """The worker rolled its last batch back on purpose (batch.Redo): not a crash."""
+    settle(worker)
     conn = worker.side_connection()
     if conn is not None and worker.last_claim is not None:
         conn.execute(QUERIES["withdraw"], {"xid": worker.last_claim, "pid": os.getpid()})

@@ -31,6 +31,9 @@ class Worker(Protocol):
     #: The pgmsg_claim row of the worker's last record, which its next record replaces when
     #: that batch committed (None before its first record).
     claim_row: int | None
+    #: The claim record sent on the side connection whose answer was not read yet, if any
+    #: (claims.send_record): read before the side connection's next use.
+    record_in_flight: Any
     #: Every source the worker serves, in the order it serves them.
     sources: list
     #: Counts of committed batches not yet in pgmsg_throughput (core/throughput.py), or None:

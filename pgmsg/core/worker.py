@@ -137,6 +137,8 @@ class Worker:
         self.last_claim: int | None = None
         #: The pgmsg_claim row of the last record, replaced by the next one (core/claims.py).
         self.claim_row: int | None = None
+        #: A claim record whose answer is still to be read (core/claims.py).
+        self.record_in_flight: claims.SentRecord | None = None
         self.handled = 0
         #: Counts of committed batches for pgmsg_throughput, written about once a second
         #: (None: each batch writes its own, in its transaction; see core/throughput.py).
@@ -373,6 +375,7 @@ class Worker:
         except psycopg.Error as exc:  # kept in the tally: written after the reconnect
             logger.warning("pgmsg worker %s: throughput counts not written: %s", os.getpid(), exc)
         self._idle.lost()  # the idle locks live on the Django connection closed below
+        self.record_in_flight = None  # its answer goes with the side connection
         if self._listen_conn is not None:
             try:
                 self._listen_conn.close()

@@ -30,9 +30,12 @@ logger = logging.getLogger(__name__)
 CLAIM_KIND = "event"
 
 #: In a read's rows (subscriptions.sql, read_partition): the event columns are [7:EVENT_END];
-#: the horizon the read used is in the partition's row, at HORIZON_USED.
+#: the horizon the read used is in the partition's row, at HORIZON_USED, ...
 EVENT_END = 16
 HORIZON_USED = 16
+#: ... and whether a claim of events whose batch died is on record (migration 0029): only
+#: then must the batch's handlers wait for its claim record's answer (core/claims.py).
+CRASH_ON_RECORD = 17
 
 #: After a read that found nothing, the partition's checkpoint moves to the horizon only once
 #: the horizon is this many transaction ids past it. Each move is a write, and holding the
@@ -183,8 +186,6 @@ class SubscriptionSource:
         connection = connections[db]
         # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
         own_transaction = not connection.in_atomic_block
-        # The checkpoint's move and the COMMIT go in one round trip (libpq.closing_commit).
-        closing: list[tuple[str, dict]] = []
         with transaction.atomic(using=db), libpq.LazyCursor(connection) as cursor:
             seen = self._seen.get(partition)
             floor = None
@@ -207,102 +208,128 @@ class SubscriptionSource:
                 self._stop_at_archive(cursor, id_, partition, start, archived)
                 return 0, xmin
             found = [row[7:EVENT_END] for row in rows if row[7] is not None]
+            record, keys = claims.NOT_SENT, []
             if found and own_transaction:
-                # The claim record travels while the events are decoded (claims.send_record).
+                # The claim record travels while the events are decoded (claims.send_record),
+                # and while they run when no crash is on record: its answer is read then at
+                # the block's end, after the commit (0.25 ms less of a wake-up's latency).
                 keys = claims.number_keys(sub.name, [row[0] for row in found])
-                with claims.send_record(worker, CLAIM_KIND, keys, xid) as record:
-                    read = RecordedEvent.from_rows(found)
-                    run, suspect = self._record(worker, read, keys, record.crashes(), xid)
-            else:
+                record = claims.send_record(worker, CLAIM_KIND, keys, xid)
+            with record:
                 read = run = RecordedEvent.from_rows(found)
                 suspect = None
-            # Only the first event read is the one that failed before (if one did).
-            first = read[0] if read else None
-            complete = len(read) < worker.batch_size  # every event up to the horizon was read
-            crashes = suspect[1] if suspect else 0
-
-            def delivery(recorded: RecordedEvent) -> batch.Delivery:
-                tries = attempts if recorded is first else 0
-                if suspect is not None and recorded is suspect[0]:
-                    tries += crashes  # deaths count as attempts
-                return batch.Delivery("event", recorded.position, sub.name, tries)
-
-            verdict = None
-            if suspect is not None:
-                verdict = claims.died_too_often(
-                    delivery(suspect[0]), crashes=crashes, max_attempts=sub.max_attempts
+                if record.sent and rows[0][CRASH_ON_RECORD]:
+                    run, suspect = self._record(worker, read, keys, record.crashes(), xid)
+                handled, reached, closing = self._run(
+                    worker, cursor, partition, rows[0], read, run, suspect, xmin
                 )
-                if verdict is not None:  # it stops the partition without running again
-                    claims.narrow(worker, CLAIM_KIND, [], xid)
-                    run = []
-            result = batch.run_batch(
-                worker,
-                run,
-                delivery=delivery,
-                handle=self._handle_event,
-                group=lambda _: partition,
-            )
-            handled = len(result.done)
-            reached = result.done[-1].checkpoint if result.done else start
-            if complete and run is read and not result.failed and handled == len(read):
-                # Every matching event of ended transactions was read: the next read may
-                # start at the horizon instead of re-scanning other partitions' events.
-                if found or xmin - start.transaction_id >= IDLE_ADVANCE_XIDS:
-                    reached = max(reached, Checkpoint(xmin, 0))
-            failed = None
-            if verdict is not None:
-                failed = (suspect[0], verdict)
-            elif result.failed:
-                recorded, exc = result.failed[0]
-                failed = (
-                    recorded,
-                    batch.failure(
-                        delivery(recorded),
-                        exc,
-                        max_attempts=sub.max_attempts,
-                        giving_up="partition stopped",
-                        where=f" partition {partition} "
-                        f"({recorded.stream_name} v{recorded.version})",
-                    ),
-                )
-            if failed is not None:
-                recorded, failure = failed
-                closing.append(
-                    (
-                        QUERIES["fail"],
-                        {
-                            "id": id_,
-                            "xid": reached.transaction_id,
-                            "position": reached.position,
-                            "handled": handled,
-                            "error": failure.error,
-                            "failed_position": recorded.position,
-                            "stop": failure.give_up,
-                            "delay": failure.retry_in,
-                        },
-                    )
-                )
-            elif reached != start or handled or attempts:
-                closing.append(
-                    (
-                        QUERIES["advance"],
-                        {
-                            "id": id_,
-                            "xid": reached.transaction_id,
-                            "position": reached.position,
-                            "handled": handled,
-                        },
-                    )
-                )
-            if suspect is not None and (failed is not None or suspect[0] in result.done):
-                claims.forget(cursor, CLAIM_KIND, self._claim_key(suspect[0]))
-            if not found and own_transaction:
-                closing.append((QUERIES["commit_without_flush"], {}))
-            libpq.closing_commit(connection, closing)
+                if not found and own_transaction:
+                    closing.append((QUERIES["commit_without_flush"], {}))
+                # The checkpoint's move and the COMMIT go in one round trip.
+                libpq.closing_commit(connection, closing)
         worker.handled += handled
         self._seen[partition] = reached.transaction_id  # committed: the next read's floor
         # A batch cut short at a suspect: come back at once for what follows it.
         return (worker.batch_size if run is not read else len(read)), xmin
+
+    def _run(
+        self,
+        worker: Worker,
+        cursor,
+        partition: int,
+        held: tuple,
+        read: list[RecordedEvent],
+        run: list[RecordedEvent],
+        suspect: tuple[RecordedEvent, int] | None,
+        xmin: int,
+    ) -> tuple[int, Checkpoint, list[tuple[str, dict]]]:
+        """Run the events ``run`` of those ``read`` from the ``held`` partition (its row of the
+        read), in the partition's transaction. Returns (events handled, the checkpoint they
+        reached, the statements that record the outcome and go with the COMMIT)."""
+        sub = self.sub
+        id_, checkpoint_xid, checkpoint_position, attempts = held[:4]
+        start = Checkpoint(checkpoint_xid, checkpoint_position)
+        # Only the first event read is the one that failed before (if one did).
+        first = read[0] if read else None
+        complete = len(read) < worker.batch_size  # every event up to the horizon was read
+        crashes = suspect[1] if suspect else 0
+
+        def delivery(recorded: RecordedEvent) -> batch.Delivery:
+            tries = attempts if recorded is first else 0
+            if suspect is not None and recorded is suspect[0]:
+                tries += crashes  # deaths count as attempts
+            return batch.Delivery("event", recorded.position, sub.name, tries)
+
+        verdict = None
+        if suspect is not None:
+            verdict = claims.died_too_often(
+                delivery(suspect[0]), crashes=crashes, max_attempts=sub.max_attempts
+            )
+            if verdict is not None:  # it stops the partition without running again
+                claims.narrow(worker, CLAIM_KIND, [], held[4])  # the batch's transaction
+                run = []
+        result = batch.run_batch(
+            worker,
+            run,
+            delivery=delivery,
+            handle=self._handle_event,
+            group=lambda _: partition,
+        )
+        handled = len(result.done)
+        reached = result.done[-1].checkpoint if result.done else start
+        if complete and run is read and not result.failed and handled == len(read):
+            # Every matching event of ended transactions was read: the next read may
+            # start at the horizon instead of re-scanning other partitions' events.
+            if read or xmin - start.transaction_id >= IDLE_ADVANCE_XIDS:
+                reached = max(reached, Checkpoint(xmin, 0))
+        failed = None
+        if verdict is not None:
+            failed = (suspect[0], verdict)
+        elif result.failed:
+            recorded, exc = result.failed[0]
+            failed = (
+                recorded,
+                batch.failure(
+                    delivery(recorded),
+                    exc,
+                    max_attempts=sub.max_attempts,
+                    giving_up="partition stopped",
+                    where=f" partition {partition} ({recorded.stream_name} v{recorded.version})",
+                ),
+            )
+        closing: list[tuple[str, dict]] = []
+        if failed is not None:
+            recorded, failure = failed
+            closing.append(
+                (
+                    QUERIES["fail"],
+                    {
+                        "id": id_,
+                        "xid": reached.transaction_id,
+                        "position": reached.position,
+                        "handled": handled,
+                        "error": failure.error,
+                        "failed_position": recorded.position,
+                        "stop": failure.give_up,
+                        "delay": failure.retry_in,
+                    },
+                )
+            )
+        elif reached != start or handled or attempts:
+            closing.append(
+                (
+                    QUERIES["advance"],
+                    {
+                        "id": id_,
+                        "xid": reached.transaction_id,
+                        "position": reached.position,
+                        "handled": handled,
+                    },
+                )
+            )
+        if suspect is not None and (failed is not None or suspect[0] in result.done):
+            claims.forget(cursor, CLAIM_KIND, self._claim_key(suspect[0]))
+        return handled, reached, closing
 
     def _stop_at_archive(
         self, cursor, id_: int, partition: int, start: Checkpoint, archived: str

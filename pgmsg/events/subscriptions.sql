@@ -34,7 +34,7 @@ CREATE INDEX IF NOT EXISTS {name} ON pgmsg_event
 -- name: create_partition_read
 -- A format template (filled in by subscriptions.partition_read, names and literals never from
 -- a parameter): the function through which a subscription of more than one partition holds a
--- partition and reads its events. pgmsg_read_partition (migrations 0019, 0020) with the
+-- partition and reads its events. pgmsg_read_partition (migrations 0019, 0020, 0029) with the
 -- partition's bucket as one more condition, written as the partition index
 -- (create_partition_index) has it, so that the plan the session keeps reads one range of that
 -- index: as a parameter the bucket count and key would not match the index's literals, and a
@@ -48,7 +48,7 @@ CREATE OR REPLACE FUNCTION {name}(
     id bigint, checkpoint_transaction bigint, checkpoint_position bigint, attempts int,
     xid bigint, archived text, floor_ok boolean, event_position bigint, event_xid text,
     stream_name text, version int, type text, data text, metadata text, message_id uuid,
-    recorded_at_us bigint, horizon_used bigint
+    recorded_at_us bigint, horizon_used bigint, crash_on_record boolean
 )
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
@@ -67,6 +67,8 @@ BEGIN
     -- first archive (pgmsg_archive --force) holding events after the checkpoint, where the
     -- partition must stop rather than pass over them. floor_ok: whether the read floor holds
     -- for this checkpoint (events/partitions.py; the caller reads again without it if not).
+    -- crash_on_record: a claim of events whose batch died is on record (claims.py; when none
+    -- is, no event read can be a suspect, and the handlers need not wait for the record).
     SELECT p.id, p.checkpoint_transaction, p.checkpoint_position, p.attempts,
            pg_current_xact_id()::text::bigint,
            (SELECT a.partition || ' (archived to ' || a.path || ')'
@@ -83,8 +85,12 @@ BEGIN
                        ON c.conrelid = s.relation::oid AND c.conname = s.name
                      WHERE c.contype = 'c') = cardinality(floor_oids)
                 AND NOT EXISTS (SELECT FROM pgmsg_event AS earlier
-                                WHERE earlier.recorded_at < floor_lowest)))
-    INTO id, checkpoint_transaction, checkpoint_position, attempts, xid, archived, floor_ok
+                                WHERE earlier.recorded_at < floor_lowest))),
+           EXISTS (SELECT FROM pgmsg_claim AS k
+                   WHERE k.kind = 'event'
+                     AND pg_xact_status(k.transaction_id::text::xid8) = 'aborted')
+    INTO id, checkpoint_transaction, checkpoint_position, attempts, xid, archived, floor_ok,
+         crash_on_record
     FROM pgmsg_subscription_partition AS p
     WHERE p.subscription = subscription_name AND p.partition = partition_number
       AND p.status = 'active' AND p.next_attempt_at <= now()
@@ -103,7 +109,7 @@ BEGIN
            NULL::boolean,
            ev.position, ev.transaction_id::text, ev.stream_name, ev.version, ev.type,
            ev.data::text, ev.metadata::text, ev.message_id,
-           (extract(epoch FROM ev.recorded_at) * 1000000)::bigint, NULL::bigint
+           (extract(epoch FROM ev.recorded_at) * 1000000)::bigint, NULL::bigint, NULL::boolean
     FROM pgmsg_event AS ev
     WHERE {category}abs(mod(hashtextextended({key}, 0), {partitions})) = partition_number
       AND (ev.transaction_id, ev.position) > (after_xid, after_position)
@@ -134,14 +140,14 @@ ORDER BY p.partition;
 
 -- name: read_partition
 -- Hold one partition for this transaction and read its next events, in one statement (one
--- round trip) through the partition's read function: pgmsg_read_partition (migrations 0019
--- and 0020) for a subscription of one partition, the one create_partition_read made for
+-- round trip) through the partition's read function: pgmsg_read_partition (migrations 0019,
+-- 0020 and 0029) for a subscription of one partition, the one create_partition_read made for
 -- more (subscriptions.read_function names it; {function} is filled in with that name). A
 -- function keeps its statements' plans for the session: no parse and plan per read. The
 -- partition's columns come once, in the first row (its event columns NULL), then the events
 -- (the partition's columns NULL). With %(xmin)s NULL, the function reads the read horizon
 -- (pgmsg/core/horizon.sql) itself, before it locks and reads, and returns it in the
--- partition's row, in a last column of its own.
+-- partition's row, in a column of its own; the last says whether a crash is on record.
 SELECT * FROM {function}(
     %(subscription)s, %(partition)s, %(xmin)s::text, %(category)s::text, %(types)s::text[],
     %(limit)s, %(floor)s::timestamptz, %(floor_xid)s::bigint, %(floor_oids)s::bigint[],

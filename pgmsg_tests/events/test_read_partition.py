@@ -1,19 +1,28 @@
 """A worker holds a partition and reads its events through the subscription's read function
-(subscriptions.sql, read_partition): pgmsg_read_partition for one partition (migrations 0019
-and 0020), the function create_partition_read makes for more. Both return the partition once,
-in a first row of its own, then the events that read_all's statement (read_ordered, the
-bucket as a filter) returns for the same partition, for every shape of subscription."""
+(subscriptions.sql, read_partition): pgmsg_read_partition for one partition (migrations 0019,
+0020 and 0029), the function create_partition_read makes for more. Both return the partition
+once, in a first row of its own, then the events that read_all's statement (read_ordered, the
+bucket as a filter) returns for the same partition, for every shape of subscription; the
+partition's row also says whether a crash is on record."""
 
 import threading
 
+import psycopg
 import pytest
 from django.db import connection, connections, transaction
 
 import pgmsg
 from pgmsg.events import reads, subscriptions
 from pgmsg.events.store import START
-from pgmsg.events.subscription_source import EVENT_END, HORIZON_USED, read_parameters, read_query
+from pgmsg.events.subscription_source import (
+    CRASH_ON_RECORD,
+    EVENT_END,
+    HORIZON_USED,
+    read_parameters,
+    read_query,
+)
 from pgmsg.events.subscriptions import ensure_partitions
+from pgmsg_dev.devdb import database_url
 from pgmsg_tests.conftest import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -76,7 +85,7 @@ def test_the_read_function_reads_what_read_all_reads(sub, limit):
             assert held[0] is not None and held[6] is True  # its id; no floor: it holds
             assert rows[0][7:EVENT_END] == (None,) * 9
             assert rows[0][HORIZON_USED] == xmin  # the horizon given
-            assert all(row[:7] + row[EVENT_END:] == (None,) * 8 for row in rows[1:])
+            assert all(row[:7] + row[EVENT_END:] == (None,) * 9 for row in rows[1:])
             # Without a horizon given, the function reads it itself and returns it.
             cursor.execute(read_query(sub), read_parameters(sub, partition, None, limit))
             rows = cursor.fetchall()
@@ -174,3 +183,46 @@ def test_the_read_is_prepared_once_on_the_workers_connection_with_or_without_a_h
     assert read(horizon) == (positions, horizon)
     assert read(None)[0] == positions
     assert prepared_reads() == [statement]
+
+
+# -- whether a crash is on record ----------------------------------------------------------------
+
+
+def transaction_id(*, commit: bool) -> int:
+    """The id of a transaction of another session, ended as asked."""
+    with psycopg.connect(database_url(connection.settings_dict)) as conn:
+        xid = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0]
+        conn.commit() if commit else conn.rollback()
+    return xid
+
+
+@pytest.mark.parametrize("sub", [SHAPES[0], SHAPES[3]], ids=lambda s: s.name)
+def test_the_read_says_whether_a_claim_of_events_whose_batch_died_is_on_record(sub):
+    # The worker's handlers wait for its claim record's answer only when one is (claims.py).
+    with connection.cursor() as cursor:
+        with transaction.atomic():
+            ensure_partitions(sub, cursor)
+        cursor.execute("DELETE FROM pgmsg_claim")
+
+    def crash_on_record() -> bool:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(read_query(sub), read_parameters(sub, 0, None, 10))
+            return cursor.fetchall()[0][CRASH_ON_RECORD]
+
+    def claim(kind: str, xid: int) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO pgmsg_claim (kind, ids, transaction_id, pid) "
+                "VALUES (%s, '{1,2}', %s, 1)",
+                [kind, xid],
+            )
+
+    assert crash_on_record() is False
+    claim("event", transaction_id(commit=True))  # a batch that committed
+    claim("notification", transaction_id(commit=False))  # another kind's batch that died
+    assert crash_on_record() is False
+    claim("event", transaction_id(commit=False))
+    assert crash_on_record() is True
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM pgmsg_claim WHERE kind = 'event'")
+    assert crash_on_record() is False
