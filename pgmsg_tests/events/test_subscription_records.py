@@ -81,9 +81,7 @@ def aborted_claim_of_events() -> None:
 
 
 def position_keys() -> list[int]:
-    return claims.number_keys(
-        RECORDED.name, [e.position for e in pgmsg.read_stream("records-1")]
-    )
+    return claims.number_keys(RECORDED.name, [e.position for e in pgmsg.read_stream("records-1")])
 
 
 def test_with_no_crash_on_record_the_handlers_run_while_the_record_commits():
