@@ -212,7 +212,7 @@ class SubscriptionSource:
             if found and own_transaction:
                 # The claim record travels while the events are decoded (claims.send_record),
                 # and while they run when no crash is on record: its answer is read then at
-                # the block's end, after the commit (0.25 ms less of a wake-up's latency).
+                # the block's end, after the commit (0.15 to 0.35 ms less after a wake-up).
                 keys = claims.number_keys(sub.name, [row[0] for row in found])
                 record = claims.send_record(worker, CLAIM_KIND, keys, xid)
             with record:

@@ -67,6 +67,8 @@ BEGIN
     -- first archive (pgmsg_archive --force) holding events after the checkpoint, where the
     -- partition must stop rather than pass over them. floor_ok: whether the read floor holds
     -- for this checkpoint (events/partitions.py; the caller reads again without it if not).
+    -- crash_on_record: a claim of events whose batch died is on record (claims.py; when none
+    -- is, no event read can be a suspect, and the handlers need not wait for the record).
     SELECT p.id, p.checkpoint_transaction, p.checkpoint_position, p.attempts,
            pg_current_xact_id()::text::bigint,
            (SELECT a.partition || ' (archived to ' || a.path || ')'
@@ -83,8 +85,12 @@ BEGIN
                        ON c.conrelid = s.relation::oid AND c.conname = s.name
                      WHERE c.contype = 'c') = cardinality(floor_oids)
                 AND NOT EXISTS (SELECT FROM pgmsg_event AS earlier
-                                WHERE earlier.recorded_at < floor_lowest)))
-    INTO id, checkpoint_transaction, checkpoint_position, attempts, xid, archived, floor_ok
+                                WHERE earlier.recorded_at < floor_lowest))),
+           EXISTS (SELECT FROM pgmsg_claim AS k
+                   WHERE k.kind = 'event'
+                     AND pg_xact_status(k.transaction_id::text::xid8) = 'aborted')
+    INTO id, checkpoint_transaction, checkpoint_position, attempts, xid, archived, floor_ok,
+         crash_on_record
     FROM pgmsg_subscription_partition AS p
     WHERE p.subscription = subscription_name AND p.partition = partition_number
       AND p.status = 'active' AND p.next_attempt_at <= now()
@@ -92,14 +98,6 @@ BEGIN
     IF NOT FOUND THEN
         RETURN;
     END IF;
-    -- Whether a claim of events whose batch died is on record (claims.py: when none is, no
-    -- event read can be a suspect, and the handlers need not wait for the record). In a
-    -- statement (and snapshot) after the lock's: a batch that died holding the partition had
-    -- ended before the lock was taken, and its claim record had committed before its handlers
-    -- ran.
-    crash_on_record := EXISTS (SELECT FROM pgmsg_claim AS k
-                               WHERE k.kind = 'event'
-                                 AND pg_xact_status(k.transaction_id::text::xid8) = 'aborted');
     horizon_used := below::text::bigint;
     RETURN NEXT;  -- the partition's row: its columns and the horizon, the event columns NULL
     after_xid := checkpoint_transaction::text::xid8;
