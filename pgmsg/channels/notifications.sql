@@ -44,7 +44,11 @@ SELECT pg_notify(%(notify_channel)s, %(payload)s);
 -- Deleting at claim time writes each row once; a select-then-delete claim writes it twice
 -- (the row lock, then the delete) and was a third slower in bench/notifications.py.
 -- Each row comes with this transaction's id (to record the claim, which also counts the rows'
--- crashes: see pgmsg/core/claims.py).
+-- crashes: see pgmsg/core/claims.py), and whether any claim of notifications whose batch died
+-- is on record (a sub-select run once): when none is, no row claimed can be a suspect, and the
+-- handlers need not wait for the record's answer. A batch that died holding rows had ended
+-- before this statement could lock them; its record had committed before its handlers ran
+-- unless it ran them without waiting and died within moments (docs/channels.md).
 -- %(from_id)s: where the index read starts. While a backlog lasts, the worker starts past the
 -- rows it claimed last (see NotificationSource), so that each batch does not walk the index
 -- entries of the rows already deleted, which lie at the head of the index until vacuum takes
@@ -67,7 +71,10 @@ WHERE id = ANY(ARRAY(
 -- Timestamps come back as text: they are only written back by restore_notifications, and
 -- parsing them into datetimes for every row costs more than the rest of the decoding.
 RETURNING id, channel, payload::text, attempts, available_at::text, created_at::text,
-          last_error, last_failed_at::text, pg_current_xact_id()::text::bigint;
+          last_error, last_failed_at::text, pg_current_xact_id()::text::bigint,
+          (SELECT EXISTS (SELECT FROM pgmsg_claim AS k
+                          WHERE k.kind = 'notification'
+                            AND pg_xact_status(k.transaction_id::text::xid8) = 'aborted'));
 
 -- name: restore_notifications
 -- Put back, in the same transaction, the claimed rows that were not handled: failures with

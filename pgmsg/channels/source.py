@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -36,7 +37,14 @@ class ClaimedNotification(NamedTuple):
     last_failed_at: str | None
     #: The id of the transaction that claimed it.
     claimed_in: int
+    #: Whether a claim of notifications whose batch died was on record when it was claimed:
+    #: only then do the handlers wait for the batch's claim record (core/claims.py).
+    crash_on_record: bool = False
 
+
+#: Columns of a claimed row: the claiming transaction's id, and whether a crash was on record.
+CLAIMED_IN = ClaimedNotification._fields.index("claimed_in")
+CRASH_ON_RECORD = ClaimedNotification._fields.index("crash_on_record")
 
 #: The wake payload of a row inserted without pgmsg_send() (an SQL producer's INSERT, a trigger
 #: channel, the ORM): created_at's default (migration 0028) cannot see the row's channel, so it
@@ -87,19 +95,28 @@ class NotificationSource:
         # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
         connection = connections[db]
         own_transaction = not connection.in_atomic_block
-        with transaction.atomic(using=db), libpq.LazyCursor(connection) as cursor:
+        # The batch's claim record, once sent, is answered after the COMMIT (the stack's exit).
+        with (
+            contextlib.ExitStack() as after_commit,
+            transaction.atomic(using=db),
+            libpq.LazyCursor(connection) as cursor,
+        ):
             fetched = self._claim(connection, cursor, worker.batch_size)
             if not fetched:
                 return 0
             crashes: dict[int, int] = {}
             if own_transaction:
                 # The claim record travels while the rows are unpacked and their payloads
-                # decoded (claims.send_record); a payload that does not decode fails its row
-                # when the row runs, as decoding it there would.
-                ids, xid = [row[0] for row in fetched], fetched[0][-1]
-                with claims.send_record(worker, "notification", ids, xid) as record:
-                    rows = list(map(ClaimedNotification._make, fetched))
-                    self._decoded = self._decode_all(rows)
+                # decoded (claims.send_record), and while they run when no crash is on record;
+                # a payload that does not decode fails its row when the row runs, as decoding
+                # it there would.
+                ids, xid = [row[0] for row in fetched], fetched[0][CLAIMED_IN]
+                record = after_commit.enter_context(
+                    claims.send_record(worker, "notification", ids, xid)
+                )
+                rows = list(map(ClaimedNotification._make, fetched))
+                self._decoded = self._decode_all(rows)
+                if any(row[CRASH_ON_RECORD] for row in fetched):
                     crashes = record.crashes()
             else:
                 rows = list(map(ClaimedNotification._make, fetched))
