@@ -47,3 +47,35 @@ def locked_rows() -> int:
             "AND pg_xact_status(transaction_id::text::xid8) = 'in progress'"
         )
         return cursor.fetchone()[0]
+
+
+def ended_transaction_id(*, commit: bool) -> int:
+    """The id of a transaction of another session, committed or rolled back as asked (a
+    claim record naming it is of a batch that committed, or of one that died)."""
+    import psycopg
+
+    from pgmsg_dev.devdb import database_url
+
+    with psycopg.connect(database_url(connection.settings_dict)) as conn:
+        xid = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0]
+        conn.commit() if commit else conn.rollback()
+    return xid
+
+
+def record_claim(kind: str, ids: list[int], xid: int) -> None:
+    """A claim record as a worker's would be (pid 1: no worker of this test)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgmsg_claim (kind, ids, transaction_id, pid) VALUES (%s, %s, %s, 1)",
+            [kind, ids, xid],
+        )
+
+
+def claims_on_record() -> list[tuple[str, list[int], str]]:
+    """Every claim record: its kind, ids and its batch transaction's status, oldest first."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT kind, ids, pg_xact_status(transaction_id::text::xid8) FROM pgmsg_claim "
+            "ORDER BY id"
+        )
+        return cursor.fetchall()

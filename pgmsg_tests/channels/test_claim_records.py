@@ -5,14 +5,13 @@ for the answer. A listener failing while the record is on its way is tested in
 core/test_worker_failures.py (test_a_fast_path_failure_is_never_taken_for_a_crash), a listener
 killing its worker in test_a_message_that_kills_its_worker_dies_alone_... there."""
 
-import psycopg
 import pytest
 from django.db import connection
 
 import pgmsg
 from pgmsg.core.worker import Worker
 from pgmsg.models import Notification
-from pgmsg_dev.devdb import database_url
+from pgmsg_tests.helpers import claims_on_record, ended_transaction_id, record_claim
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -51,15 +50,6 @@ def drain() -> Worker:
     return worker
 
 
-def claims_on_record() -> list[tuple[str, list[int], str]]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT kind, ids, pg_xact_status(transaction_id::text::xid8) FROM pgmsg_claim "
-            "ORDER BY id"
-        )
-        return cursor.fetchall()
-
-
 def test_with_no_crash_on_record_the_listeners_run_while_the_record_commits():
     ids = [pgmsg.notify(Recorded(n=n)) for n in (1, 2)]
     worker = drain()
@@ -71,14 +61,7 @@ def test_with_no_crash_on_record_the_listeners_run_while_the_record_commits():
 
 @pytest.mark.parametrize("kind", ["notification", "event"])
 def test_only_a_crash_of_the_same_kind_on_record_makes_the_listeners_wait(kind):
-    with psycopg.connect(database_url(connection.settings_dict)) as conn:
-        died = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0]
-        conn.rollback()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO pgmsg_claim (kind, ids, transaction_id, pid) VALUES (%s, '{-1}', %s, 1)",
-            [kind, died],
-        )
+    record_claim(kind, [-1], ended_transaction_id(commit=False))
     ids = [pgmsg.notify(Recorded(n=n)) for n in (1, 2)]
     drain()
     waited = kind == "notification"

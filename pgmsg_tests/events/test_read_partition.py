@@ -7,7 +7,6 @@ partition's row also says whether a crash is on record."""
 
 import threading
 
-import psycopg
 import pytest
 from django.db import connection, connections, transaction
 
@@ -22,8 +21,8 @@ from pgmsg.events.subscription_source import (
     read_query,
 )
 from pgmsg.events.subscriptions import ensure_partitions
-from pgmsg_dev.devdb import database_url
 from pgmsg_tests.conftest import wait_for
+from pgmsg_tests.helpers import ended_transaction_id, record_claim
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -188,14 +187,6 @@ def test_the_read_is_prepared_once_on_the_workers_connection_with_or_without_a_h
 # -- whether a crash is on record ----------------------------------------------------------------
 
 
-def transaction_id(*, commit: bool) -> int:
-    """The id of a transaction of another session, ended as asked."""
-    with psycopg.connect(database_url(connection.settings_dict)) as conn:
-        xid = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0]
-        conn.commit() if commit else conn.rollback()
-    return xid
-
-
 @pytest.mark.parametrize("sub", [SHAPES[0], SHAPES[3]], ids=lambda s: s.name)
 def test_the_read_says_whether_a_claim_of_events_whose_batch_died_is_on_record(sub):
     # The worker's handlers wait for its claim record's answer only when one is (claims.py).
@@ -209,19 +200,11 @@ def test_the_read_says_whether_a_claim_of_events_whose_batch_died_is_on_record(s
             cursor.execute(read_query(sub), read_parameters(sub, 0, None, 10))
             return cursor.fetchall()[0][CRASH_ON_RECORD]
 
-    def claim(kind: str, xid: int) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "INSERT INTO pgmsg_claim (kind, ids, transaction_id, pid) "
-                "VALUES (%s, '{1,2}', %s, 1)",
-                [kind, xid],
-            )
-
     assert crash_on_record() is False
-    claim("event", transaction_id(commit=True))  # a batch that committed
-    claim("notification", transaction_id(commit=False))  # another kind's batch that died
+    record_claim("event", [1, 2], ended_transaction_id(commit=True))  # a batch that committed
+    record_claim("notification", [1, 2], ended_transaction_id(commit=False))  # another kind's
     assert crash_on_record() is False
-    claim("event", transaction_id(commit=False))
+    record_claim("event", [1, 2], ended_transaction_id(commit=False))
     assert crash_on_record() is True
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM pgmsg_claim WHERE kind = 'event'")

@@ -8,7 +8,6 @@ handler that fails while the record is on its way leaves the side connection usa
 crash behind. The record of a batch whose worker dies is tested with real processes
 (test_subscriptions_processes.py)."""
 
-import psycopg
 import pytest
 from django.db import connection
 
@@ -16,8 +15,8 @@ import pgmsg
 from pgmsg.core import claims
 from pgmsg.core.worker import Worker
 from pgmsg.models import SubscriptionPartition
-from pgmsg_dev.devdb import database_url
 from pgmsg_tests.conftest import wait_for
+from pgmsg_tests.helpers import claims_on_record, ended_transaction_id, record_claim
 from pgmsg_tests.testapp.events_handlers import Step
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -58,28 +57,6 @@ def drain_until(predicate, message: str) -> Worker:
     return wait_for(drained, timeout=180, message=message)
 
 
-def claims_on_record() -> list[tuple[str, list[int], str]]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT kind, ids, pg_xact_status(transaction_id::text::xid8) FROM pgmsg_claim "
-            "ORDER BY id"
-        )
-        return cursor.fetchall()
-
-
-def aborted_claim_of_events() -> None:
-    """A claim of events whose batch died: of other events than the test's."""
-    with psycopg.connect(database_url(connection.settings_dict)) as conn:
-        xid = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()[0]
-        conn.rollback()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO pgmsg_claim (kind, ids, transaction_id, pid) "
-            "VALUES ('event', '{-1}', %s, 1)",
-            [xid],
-        )
-
-
 def position_keys() -> list[int]:
     return claims.number_keys(RECORDED.name, [e.position for e in pgmsg.read_stream("records-1")])
 
@@ -95,7 +72,7 @@ def test_with_no_crash_on_record_the_handlers_run_while_the_record_commits():
 
 
 def test_with_a_crash_on_record_the_handlers_wait_for_the_records_answer():
-    aborted_claim_of_events()
+    record_claim("event", [-1], ended_transaction_id(commit=False))  # other events'
     pgmsg.append("records-1", [Step(n=1), Step(n=2)])
     drain_until(lambda: len(seen) == 2, "both steps handled")
     # Answered before the first handler: none of them is a suspect, so they ran together.
