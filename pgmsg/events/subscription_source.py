@@ -13,13 +13,19 @@ from pgmsg.core.sources import Worker
 from pgmsg.events import partitions as store_partitions
 from pgmsg.events import reads
 from pgmsg.events import store as events
+from pgmsg.events.partition_reads import (
+    CRASH_ON_RECORD,
+    EVENT_END,
+    HORIZON_USED,
+    read_parameters,
+    read_query,
+)
 from pgmsg.events.store import Checkpoint, RecordedEvent
 from pgmsg.events.subscriptions import (
     QUERIES,
     WAKE_PREFIX,
     Subscription,
     ensure_partitions,
-    read_function,
     registry,
 )
 from pgmsg.export import periodic
@@ -28,14 +34,6 @@ logger = logging.getLogger(__name__)
 
 #: pgmsg_claim.kind of events, named there by claims.number_keys(subscription, positions).
 CLAIM_KIND = "event"
-
-#: In a read's rows (subscriptions.sql, read_partition): the event columns are [7:EVENT_END];
-#: the horizon the read used is in the partition's row, at HORIZON_USED, ...
-EVENT_END = 16
-HORIZON_USED = 16
-#: ... and whether a claim of events whose batch died is on record (migration 0029): only
-#: then must the batch's handlers wait for its claim record's answer (core/claims.py).
-CRASH_ON_RECORD = 17
 
 #: After a read that found nothing, the partition's checkpoint moves to the horizon only once
 #: the horizon is this many transaction ids past it. Each move is a write, and holding the
@@ -419,36 +417,6 @@ class SubscriptionSource:
             return run, None
         claims.narrow(worker, CLAIM_KIND, keys[:1], xid)
         return read[:1], suspect
-
-
-def read_parameters(
-    sub: Subscription,
-    partition: int,
-    xmin: int | None,
-    limit: int,
-    floor: store_partitions.Floor | None = None,
-) -> dict:
-    """The parameters of read_partition for one partition of ``sub``: events below ``xmin``
-    (None: the read reads the horizon itself), up to ``limit``, from ``floor`` on (None: every
-    month)."""
-    return {
-        "subscription": sub.name,
-        "partition": partition,
-        "xmin": xmin,
-        "category": sub.category,
-        "types": sub.types,
-        "limit": limit,
-        "floor": floor and floor.at,
-        "floor_xid": floor.xid if floor else 0,
-        "floor_oids": floor.oids if floor else [],
-        "floor_seals": floor.seals if floor else [],
-        "floor_lowest": floor and floor.lowest,
-    }
-
-
-def read_query(sub: Subscription) -> str:
-    """read_partition, calling ``sub``'s read function (a name pgmsg makes: no quoting)."""
-    return QUERIES["read_partition"].format(function=read_function(sub))
 
 
 def worker_sources(options: sources.SourceOptions) -> list[SubscriptionSource]:

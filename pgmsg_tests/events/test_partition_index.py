@@ -8,8 +8,8 @@ from django.db import connection, transaction
 
 import pgmsg
 from pgmsg.events import reads, subscriptions
+from pgmsg.events.partition_reads import read_parameters, read_query
 from pgmsg.events.store import START
-from pgmsg.events.subscription_source import read_parameters, read_query
 from pgmsg_tests.testapp.events_handlers import Step
 
 pytestmark = pytest.mark.django_db(transaction=True)

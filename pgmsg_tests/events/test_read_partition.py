@@ -12,14 +12,14 @@ from django.db import connection, connections, transaction
 
 import pgmsg
 from pgmsg.events import reads, subscriptions
-from pgmsg.events.store import START
-from pgmsg.events.subscription_source import (
+from pgmsg.events.partition_reads import (
     CRASH_ON_RECORD,
     EVENT_END,
     HORIZON_USED,
     read_parameters,
     read_query,
 )
+from pgmsg.events.store import START
 from pgmsg.events.subscriptions import ensure_partitions
 from pgmsg_tests.conftest import wait_for
 from pgmsg_tests.helpers import ended_transaction_id, record_claim
