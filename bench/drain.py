@@ -4,12 +4,14 @@ Fills N exactly-once notifications (no worker running), then times one in-proces
 Worker (until idle, a listener that only counts) from its first claim to the empty table;
 in the same run, the raw ceiling: psycopg `DELETE ... WHERE id IN (SELECT ... FOR UPDATE SKIP
 LOCKED LIMIT 100) RETURNING` per transaction on a table of the same N rows, `json.loads` on
-each payload. Also two `listen` processes draining the same backlog, and the claim rate as the
-table grows: a backlog of --big rows next to a backlog of --small rows. With --busy K, the
-one-process lines again (raw and pgmsg) while K other processes keep the machine's cores busy
-(each a plain Python loop, started before and stopped after each timed drain): the worker then
-gets a share of a CPU, not a CPU, and each of its waits on a server process costs a turn in
-the scheduler's queue. Each measurement runs --reps times (min / median / max).
+each payload. Also two `listen` processes draining the same backlog, next to one `listen`
+process in the same harness (woken by the backlog's commit, a listener that writes a line per
+message: timed_pgmsg_processes), and the claim rate as the table grows: a backlog of --big
+rows next to a backlog of --small rows. With --busy K, the one-process lines again (raw and
+pgmsg) while K other processes keep the machine's cores busy (each a plain Python loop,
+started before and stopped after each timed drain): the worker then gets a share of a CPU,
+not a CPU, and each of its waits on a server process costs a turn in the scheduler's queue.
+Each measurement runs --reps times (min / median / max).
 
     python bench/drain.py [--n 50000] [--reps 3] [--big 0] [--busy 0]
 
@@ -199,12 +201,16 @@ def main() -> None:
     )
     common.django_setup(url, "bench.settings")
     os.environ.setdefault("BENCH_HANDLED_DIR", tempfile.mkdtemp())
-    raw1, raw2, one, two, ratio1, ratio2 = [], [], [], [], [], []
+    raw1, raw2, one, one_listen, two, ratio1, ratio2 = [], [], [], [], [], [], []
     for _ in range(0 if args.growth_only or args.busy_only else args.reps):
         raw1.append(timed_raw(url, args.n))
         one.append(timed_pgmsg(url, args.n))
         ratio1.append(one[-1] / raw1[-1])
         raw2.append(timed_raw(url, args.n, consumers=2))
+        # The 2-process line's own harness with one process: what "two faster than one"
+        # compares against (the in-process line above skips the wake-up and the per-message
+        # line that the `listen` processes' listener writes).
+        one_listen.append(timed_pgmsg_processes(url, args.n, 1))
         two.append(timed_pgmsg_processes(url, args.n, 2))
         ratio2.append(two[-1] / raw2[-1])
     print(f"\n{'measurement':<62} {'msg/s (min med max)':>29}  ratio to raw")
@@ -213,10 +219,20 @@ def main() -> None:
         print(f"{'pgmsg Worker, 1 process, batch 100':<62} {spread(one)}  {spread(ratio1, '.2f')}")
         print(f"{'raw psycopg worker, 2 processes':<62} {spread(raw2)}")
         print(f"{'pgmsg listen, 2 processes':<62} {spread(two)}  {spread(ratio2, '.2f')}")
+        print(
+            f"{'pgmsg listen, 1 process (ratio: 2 processes to 1)':<62} {spread(one_listen)}  "
+            f"{spread([a / b for a, b in zip(two, one_listen)], '.2f')}"
+        )
         med = statistics.median
         n = args.n
         summary.record(f"drain a prefilled backlog of {n:,}, 1 process", med(one), med(raw1))
         summary.record(f"drain a prefilled backlog of {n:,}, 2 processes", med(two), med(raw2))
+        summary.record(
+            f"drain a prefilled backlog of {n:,}, 2 listen processes "
+            "(ratio column: to 1 listen process)",
+            med(two),
+            med(one_listen),
+        )
     if args.busy:
         busy_raw, busy_one, busy_ratio = [], [], []
         for _ in range(args.reps):
