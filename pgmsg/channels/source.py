@@ -116,7 +116,7 @@ class NotificationSource:
                 )
                 rows = list(map(ClaimedNotification._make, fetched))
                 self._decoded = self._decode_all(rows)
-                if any(row[CRASH_ON_RECORD] for row in fetched):
+                if fetched[0][CRASH_ON_RECORD]:  # the claim's sub-select: one value for all
                     crashes = record.crashes()
             else:
                 rows = list(map(ClaimedNotification._make, fetched))
