@@ -7,7 +7,7 @@ from collections import Counter
 from django.db import connection
 
 from pgmsg.core.worker import Worker
-from pgmsg.models import Notification
+from pgmsg.models import Notification, NotificationDeadLetter
 from pgmsg_tests.testapp.models import Effect
 
 
@@ -23,6 +23,30 @@ def drain(*channel_names: str, batch_size: int | None = None) -> Worker:
     return worker
 
 
+def make_dead(ids, **fields) -> None:
+    """Move stored notifications to the dead letters with their ids, as a worker does when they
+    give up, after setting ``fields`` (Notification's) on them."""
+    ids = list(ids)
+    if fields:
+        Notification.objects.filter(pk__in=ids).update(**fields)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH d AS (DELETE FROM pgmsg_notification WHERE id = ANY(%s) RETURNING *) "
+            "INSERT INTO pgmsg_notification_dead "
+            "(id, channel, payload, attempts, created_at, last_error, last_failed_at) "
+            "SELECT id, channel, payload, attempts, created_at, last_error, last_failed_at FROM d",
+            [ids],
+        )
+
+
+def dead_letter(**fields) -> NotificationDeadLetter:
+    """A dead notification as a worker leaves one: stored (its id from the notifications'
+    sequence), then moved to the dead letters. ``fields``: Notification's."""
+    row = Notification.objects.create(**{"attempts": 5, **fields})
+    make_dead([row.pk])
+    return NotificationDeadLetter.objects.get(pk=row.pk)
+
+
 def effect_counts(channel: str = "test.work", listener: str = "record_work") -> Counter:
     return Counter(
         Effect.objects.filter(channel=channel, listener=listener).values_list("key", flat=True)
@@ -33,7 +57,7 @@ def make_due_now() -> None:
     """Skip retry backoff: make every pending row due (tests must not wait out delays)."""
     from django.db.models.functions import Now
 
-    Notification.objects.filter(status="pending").update(available_at=Now())
+    Notification.objects.update(available_at=Now())
 
 
 def locked_rows() -> int:

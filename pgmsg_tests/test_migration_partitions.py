@@ -165,3 +165,40 @@ def test_migrate_converts_the_outbox_of_the_plain_layout_keeping_every_row(scrat
             "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'pgmsg_outbox_message'::regclass "
             "AND tgname LIKE 'pgtrigger_pgmsg_outbox_%'",
         ) == [(2,)]
+
+
+def test_migrate_moves_dead_notifications_to_their_table_keeping_ids_and_back(scratch_url):
+    _migrate(scratch_url, "pgmsg", "0029_read_reports_crashes")
+    with psycopg.connect(scratch_url, autocommit=True) as db:
+        db.execute(
+            "INSERT INTO pgmsg_notification (channel, payload, status, attempts, last_error, "
+            "last_failed_at) VALUES "
+            "('work', '{\"k\": 1}', 'pending', 0, '', NULL), "
+            "('work', '{\"k\": 2}', 'dead', 5, 'Traceback\n  boom', now()), "
+            "('work', '{\"k\": 3}', 'pending', 2, 'once', now()), "
+            "('mail', '{\"k\": 4}', 'dead', 1, 'bad payload', now())"
+        )
+        columns = "id, channel, payload, attempts, created_at, last_error, last_failed_at"
+        before = _rows(db, f"SELECT {columns}, status FROM pgmsg_notification ORDER BY id")
+
+    _migrate(scratch_url, "pgmsg", "0030_dead_letters_apart")
+
+    with psycopg.connect(scratch_url, autocommit=True) as db:
+        pending = _rows(db, f"SELECT {columns} FROM pgmsg_notification ORDER BY id")
+        dead = _rows(db, f"SELECT {columns} FROM pgmsg_notification_dead ORDER BY id")
+        assert pending == [row[:-1] for row in before if row[-1] == "pending"]
+        assert dead == [row[:-1] for row in before if row[-1] == "dead"]
+        indexes = _rows(
+            db,
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'pgmsg_notification' "
+            "ORDER BY indexname",
+        )
+        assert indexes == [("pgmsg_notification_pkey",), ("pgmsg_notification_retrying",)]
+        stored = _rows(db, f"SELECT {columns}, status FROM pgmsg_notification_stored ORDER BY id")
+        assert stored == before
+
+    # And back: the dead rows return to the one table with status 'dead'.
+    _migrate(scratch_url, "pgmsg", "0029_read_reports_crashes")
+    with psycopg.connect(scratch_url, autocommit=True) as db:
+        again = _rows(db, f"SELECT {columns}, status FROM pgmsg_notification ORDER BY id")
+        assert again == before

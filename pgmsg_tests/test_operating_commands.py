@@ -8,8 +8,9 @@ import pytest
 from django.core.management import call_command
 
 import pgmsg
-from pgmsg.models import InboxMessage, Notification
+from pgmsg.models import InboxMessage, NotificationDeadLetter
 from pgmsg_tests.conftest import ROOT, WorkerProcesses
+from pgmsg_tests.helpers import dead_letter
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,9 +27,7 @@ def test_an_empty_dead_letter_list_says_so():
 
 
 def test_dead_letters_of_channels_and_inboxes_in_one_list_and_status():
-    note = Notification.objects.create(
-        channel="test.work", payload={}, status="dead", attempts=5, last_error="x\nValueError: a"
-    )
+    note = dead_letter(channel="test.work", payload={}, attempts=5, last_error="x\nValueError: a")
     msg = InboxMessage.objects.create(
         inbox="test.inbox", message_id="m1", type="t", payload={}, status="dead", attempts=3
     )
@@ -46,7 +45,7 @@ def test_dead_letters_of_channels_and_inboxes_in_one_list_and_status():
     run("pgmsg_deadletters", "replay", "--inbox", "test.inbox")
     assert InboxMessage.objects.get(pk=msg.pk).status == "pending"
     run("pgmsg_deadletters", "discard", "--channel", "test.work")
-    assert not Notification.objects.exists()
+    assert not NotificationDeadLetter.objects.exists()
 
 
 def test_the_usage_line_says_list_needs_no_ids():

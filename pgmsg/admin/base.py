@@ -36,10 +36,12 @@ class MessageAdmin(ReadOnlyAdmin):
 
     An action declared with ``permissions=["replay"]`` is shown only to users who hold
     ``pgmsg.replay_<model>`` (the model's Meta.permissions declares it; a proxy model, such as
-    a dead-letter listing, uses its concrete model's permissions).
+    a dead-letter listing, uses its concrete model's permissions; ``permission_model`` names
+    another model whose permissions apply).
     """
 
     ordering = ["-id"]
+    permission_model = None
 
     def __init__(self, model, admin_site):
         super().__init__(model, admin_site)
@@ -60,7 +62,7 @@ class MessageAdmin(ReadOnlyAdmin):
         return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', obj.last_error)
 
     def _permission(self, action: str) -> str:
-        concrete = self.model._meta.concrete_model._meta
+        concrete = (self.permission_model or self.model)._meta.concrete_model._meta
         return f"{concrete.app_label}.{action}_{concrete.model_name}"
 
     def _has_operation(self, request, operation: str) -> bool:
@@ -83,7 +85,7 @@ class MessageAdmin(ReadOnlyAdmin):
 
 
 class StateFilter(admin.SimpleListFilter):
-    """Messages by state: pending (never tried), retrying, dead (notifications, outbox)."""
+    """Messages by state: pending (never tried), retrying, dead (the outbox)."""
 
     title = "state"
     parameter_name = "state"

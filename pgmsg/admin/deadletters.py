@@ -1,7 +1,8 @@
-"""The admin's "Dead letters" entries: dead notifications and dead inbox messages, on their own.
+"""The admin's "Dead letters" entry of inboxes: dead inbox messages, on their own.
 
-The same rows as the Notifications and Inbox messages lists filtered to "dead", with the same
-actions and permissions (those of the concrete models), so a newcomer finds them by name.
+The same rows as the Inbox messages list filtered to "dead", with the same actions and
+permissions (those of the concrete model), so a newcomer finds them by name. Dead
+notifications have a table of their own: their entry is in pgmsg/admin/notifications.py.
 """
 
 from __future__ import annotations
@@ -9,17 +10,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from pgmsg.admin.inbox import InboxMessageAdmin
-from pgmsg.admin.notifications import NotificationAdmin
-from pgmsg.models import InboxDeadLetter, NotificationDeadLetter
-
-
-@admin.register(NotificationDeadLetter)
-class NotificationDeadLetterAdmin(NotificationAdmin):
-    list_display = ["id", "channel", "attempts", "created_at", "last_failed_at", "short_error"]
-    list_filter = ["channel"]
-
-    def get_queryset(self, request):
-        return super().get_queryset(request).filter(status=NotificationDeadLetter.Status.DEAD)
+from pgmsg.models import InboxDeadLetter
 
 
 @admin.register(InboxDeadLetter)

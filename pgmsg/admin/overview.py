@@ -24,7 +24,7 @@ from pgmsg.core import conf
 from pgmsg.events import reads
 from pgmsg.inbox import operations as inbox_ops
 from pgmsg.metrics import overview
-from pgmsg.models import InboxMessage, Notification, Overview
+from pgmsg.models import InboxMessage, Notification, NotificationDeadLetter, Overview
 
 logger = logging.getLogger(__name__)
 
@@ -34,22 +34,27 @@ CHART_WIDTH, CHART_HEIGHT = 180, 28
 
 
 class _Kind:
-    """How the overview reaches the dead letters of one kind of source."""
+    """How the overview reaches the dead letters of one kind of source: ``dead_model``'s rows
+    (filtered on ``dead`` where that model keeps the living too), under the permissions of
+    ``model``."""
 
-    def __init__(self, model: Any, name_field: str, label: str) -> None:
-        self.model, self.name_field, self.label = model, name_field, label
+    def __init__(
+        self, model: Any, dead_model: Any, dead: dict[str, str], name_field: str, label: str
+    ) -> None:
+        self.model, self.dead_model, self.dead_filter = model, dead_model, dead
+        self.name_field, self.label = name_field, label
 
     def dead(self, name: str):
-        rows = self.model.objects.using(conf.get().DATABASE)
-        return rows.filter(status="dead", **{self.name_field: name}).order_by("-id")
+        rows = self.dead_model.objects.using(conf.get().DATABASE)
+        return rows.filter(**self.dead_filter, **{self.name_field: name}).order_by("-id")
 
     def may(self, request: HttpRequest, operation: str) -> bool:
         return request.user.has_perm(f"pgmsg.{operation}_{self.model._meta.model_name}")
 
 
 KINDS = {
-    "channel": _Kind(Notification, "channel", "notification"),
-    "inbox": _Kind(InboxMessage, "inbox", "inbox message"),
+    "channel": _Kind(Notification, NotificationDeadLetter, {}, "channel", "notification"),
+    "inbox": _Kind(InboxMessage, InboxMessage, {"status": "dead"}, "inbox", "inbox message"),
 }
 
 

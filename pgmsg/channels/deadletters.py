@@ -16,10 +16,12 @@ QUERIES = sql.load(__package__, "notifications.sql")
 
 
 def dead_letters(channel: str | None = None):
-    """Dead notifications, oldest first, optionally of one channel (a queryset)."""
-    from pgmsg.models import Notification
+    """Dead notifications, oldest first, optionally of one channel (a queryset of
+    ``NotificationDeadLetter``: the notification's id, channel, payload, attempts, created_at,
+    last_error and last_failed_at)."""
+    from pgmsg.models import NotificationDeadLetter
 
-    rows = Notification.objects.using(conf.get().DATABASE).filter(status=Notification.Status.DEAD)
+    rows = NotificationDeadLetter.objects.using(conf.get().DATABASE)
     if channel is not None:
         rows = rows.filter(channel=channel)
     return rows.order_by("id")
@@ -40,8 +42,9 @@ def status() -> dict[str, int]:
 def replay(ids: Iterable[int] | None = None, *, channel: str | None = None) -> int:
     """Make dead (or retrying) notifications due now with a fresh attempt count.
 
-    By ``ids``, or every dead letter of ``channel`` when only that is given. Returns how many
-    were replayed; workers are woken at commit.
+    By ``ids``, or every dead letter of ``channel`` when only that is given. A dead letter
+    moves back to the pending notifications with its id. Returns how many were replayed;
+    workers are woken at commit.
     """
     id_list = _select(ids, channel)
     with transaction.atomic(using=conf.get().DATABASE):

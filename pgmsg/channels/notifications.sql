@@ -38,8 +38,9 @@ SELECT pgmsg_send_many(%(channels)s::text[], %(payloads)s::text[]);
 SELECT pg_notify(%(notify_channel)s, %(payload)s);
 
 -- name: claim_notifications
--- Take up to %(limit)s due notifications of the given channels, oldest first, by deleting
--- them inside the worker's transaction: rows locked by another worker are skipped, so
+-- Take up to %(limit)s due notifications of the given channels, oldest first (the primary key,
+-- the table's one full index, read in order), by deleting them inside the worker's
+-- transaction: rows locked by another worker are skipped, so
 -- concurrent workers never claim the same row, and a crash (rollback) puts them back.
 -- Deleting at claim time writes each row once; a select-then-delete claim writes it twice
 -- (the row lock, then the delete) and was a third slower in bench/notifications.py.
@@ -51,7 +52,7 @@ SELECT pg_notify(%(notify_channel)s, %(payload)s);
 -- unless it ran them without waiting and died within moments (docs/channels.md).
 -- %(from_id)s: where the index read starts. While a backlog lasts, the worker starts past the
 -- rows it claimed last (see NotificationSource), so that each batch does not walk the index
--- entries of the rows already deleted, which lie at the head of the index until vacuum takes
+-- entries of the rows already deleted, which lie at the head of the key until vacuum takes
 -- them; 0 reads from the start.
 -- The planner must not look at the ids' actual range: it does so by reading the index from
 -- its lowest entry, over those same deleted rows' entries, when it costs a join on id (the
@@ -62,7 +63,7 @@ SELECT pg_notify(%(notify_channel)s, %(payload)s);
 DELETE FROM pgmsg_notification
 WHERE id = ANY(ARRAY(
     SELECT id FROM pgmsg_notification
-    WHERE status = 'pending' AND available_at <= now() AND channel = ANY(%(channels)s)
+    WHERE available_at <= now() AND channel = ANY(%(channels)s)
       AND id >= (SELECT %(from_id)s::bigint)
     ORDER BY id
     LIMIT %(limit)s
@@ -78,27 +79,35 @@ RETURNING id, channel, payload::text, attempts, available_at::text, created_at::
 
 -- name: restore_notifications
 -- Put back, in the same transaction, the claimed rows that were not handled: failures with
--- their attempt counted, error kept and retry scheduled (or dead), and rows left unhandled by
--- a stopping worker as they were (delay NULL). Then wake the idle workers of their channels
--- (pgmsg_wake, as pgmsg_send does; created_at is written, so its default does not wake).
-WITH restored AS (
+-- their attempt counted, error kept and retry scheduled, and rows left unhandled by a stopping
+-- worker as they were (delay NULL); a failure that gives up goes to the dead letters instead.
+-- Then wake the idle workers of the channels of the rows put back (pgmsg_wake, as pgmsg_send
+-- does; created_at is written, so its default does not wake).
+WITH failed AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(channels)s::text[], %(payloads)s::text[],
+                         %(attempts)s::int[], %(available_at)s::text[]::timestamptz[],
+                         %(created_at)s::text[]::timestamptz[], %(errors)s::text[],
+                         %(failed_at)s::text[]::timestamptz[], %(delays)s::float8[],
+                         %(dead)s::bool[])
+         AS r(id, channel, payload, attempts, available_at, created_at, last_error,
+              last_failed_at, delay, dead)
+), died AS (
+    INSERT INTO pgmsg_notification_dead
+        (id, channel, payload, attempts, created_at, last_error, last_failed_at)
+    SELECT id, channel, payload::jsonb,
+           attempts + CASE WHEN delay IS NULL THEN 0 ELSE 1 END,
+           created_at, last_error,
+           CASE WHEN delay IS NULL THEN last_failed_at ELSE now() END
+    FROM failed WHERE dead
+), restored AS (
     INSERT INTO pgmsg_notification
-        (id, channel, payload, status, attempts, available_at, created_at, last_error,
-         last_failed_at)
-    SELECT r.id, r.channel, r.payload::jsonb,
-           CASE WHEN r.dead THEN 'dead' ELSE 'pending' END,
-           r.attempts + CASE WHEN r.delay IS NULL THEN 0 ELSE 1 END,
-           CASE WHEN r.delay IS NULL THEN r.available_at
-                ELSE now() + make_interval(secs => r.delay) END,
-           r.created_at,
-           r.last_error,
-           CASE WHEN r.delay IS NULL THEN r.last_failed_at ELSE now() END
-    FROM unnest(%(ids)s::bigint[], %(channels)s::text[], %(payloads)s::text[], %(attempts)s::int[],
-                %(available_at)s::text[]::timestamptz[], %(created_at)s::text[]::timestamptz[],
-                %(errors)s::text[], %(failed_at)s::text[]::timestamptz[], %(delays)s::float8[],
-                %(dead)s::bool[])
-         AS r(id, channel, payload, attempts, available_at, created_at, last_error, last_failed_at,
-              delay, dead)
+        (id, channel, payload, attempts, available_at, created_at, last_error, last_failed_at)
+    SELECT id, channel, payload::jsonb,
+           attempts + CASE WHEN delay IS NULL THEN 0 ELSE 1 END,
+           CASE WHEN delay IS NULL THEN available_at ELSE now() + make_interval(secs => delay) END,
+           created_at, last_error,
+           CASE WHEN delay IS NULL THEN last_failed_at ELSE now() END
+    FROM failed WHERE NOT dead
     RETURNING channel
 )
 SELECT count(*) FROM (SELECT DISTINCT channel FROM restored) AS c, LATERAL pgmsg_wake(c.channel);
@@ -107,33 +116,47 @@ SELECT count(*) FROM (SELECT DISTINCT channel FROM restored) AS c, LATERAL pgmsg
 -- How long until the next delayed retry of these channels is due (NULL when none waits).
 -- Rows already due are left out: the worker just claimed what it could, so they are held by
 -- another worker's batch, and counting them would make an idle worker spin (a batch that
--- rolls back is found again by the sweep).
+-- rolls back is found again by the sweep). A row not yet due is a retry or one an SQL
+-- producer delayed, both in the pgmsg_notification_retrying index, whose condition this
+-- repeats so that the planner uses it.
 SELECT EXTRACT(EPOCH FROM min(available_at) - now())::float8
 FROM pgmsg_notification
-WHERE status = 'pending' AND channel = ANY(%(channels)s) AND available_at > now();
+WHERE channel = ANY(%(channels)s) AND available_at > now()
+  AND (available_at > created_at OR attempts > 0);
 
 -- name: undeclared_channels
--- Pending rows of channels that no declaration of this project names, counted by channel
--- (through the pgmsg_notification_status index).
+-- Pending rows of channels that no declaration of this project names, counted by channel.
+-- It reads the whole table (no index has every row's channel: see pgmsg/models), once every
+-- UNDECLARED_CHECK_INTERVAL (5 minutes) a worker.
 SELECT channel, count(*) FROM pgmsg_notification
-WHERE status = 'pending' AND channel <> ALL(%(declared)s::text[])
+WHERE channel <> ALL(%(declared)s::text[])
 GROUP BY channel ORDER BY channel;
 
 -- name: replay_notifications
--- Make dead (or retrying) notifications due now with fresh attempts, and wake the workers.
-WITH replayed AS (
-    UPDATE pgmsg_notification
-    SET status = 'pending', attempts = 0, available_at = now()
-    WHERE id = ANY(%(ids)s) AND (status = 'dead' OR attempts > 0)
+-- Make dead letters (moved back, with their ids) and retrying notifications due now with
+-- fresh attempts, and wake the workers. The UPDATE reads the table as the statement began, so
+-- it does not see the rows moved back.
+WITH revived AS (
+    DELETE FROM pgmsg_notification_dead WHERE id = ANY(%(ids)s)
+    RETURNING id, channel, payload, created_at, last_error, last_failed_at
+), moved AS (
+    INSERT INTO pgmsg_notification
+        (id, channel, payload, attempts, available_at, created_at, last_error, last_failed_at)
+    SELECT id, channel, payload, 0, now(), created_at, last_error, last_failed_at FROM revived
+    RETURNING channel
+), retried AS (
+    UPDATE pgmsg_notification SET attempts = 0, available_at = now()
+    WHERE id = ANY(%(ids)s) AND attempts > 0
     RETURNING channel
 ), woken AS (
-    SELECT pg_notify('pgmsg', channel) FROM (SELECT DISTINCT channel FROM replayed) AS c
+    SELECT pg_notify('pgmsg', channel)
+    FROM (SELECT channel FROM moved UNION SELECT channel FROM retried) AS c
 )
-SELECT (SELECT count(*) FROM replayed), (SELECT count(*) FROM woken);
+SELECT (SELECT count(*) FROM moved) + (SELECT count(*) FROM retried), (SELECT count(*) FROM woken);
 
 -- name: discard_notifications
 -- Delete dead notifications for good.
-DELETE FROM pgmsg_notification WHERE id = ANY(%(ids)s) AND status = 'dead';
+DELETE FROM pgmsg_notification_dead WHERE id = ANY(%(ids)s);
 
 -- name: analyze_lock
 -- One worker at a time analyzes (the others go on claiming).

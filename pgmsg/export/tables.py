@@ -95,12 +95,13 @@ register(
         mutable=True,
     )
 )
-# Handled notifications are deleted, so this table only ever holds pending, retrying and dead
-# rows and has no transaction id: each run exports what is there now.
+# Handled notifications are deleted, so these tables only ever hold pending, retrying and dead
+# rows and have no transaction id: each run exports what is there now. The view (migration
+# 0030) joins the pending ones and the dead letters (a table of their own) with their status.
 register(
     TableSpec(
         name="notifications",
-        table="pgmsg_notification",
+        table="pgmsg_notification_stored",
         key="id",
         timestamp="created_at",
         type_column="channel",

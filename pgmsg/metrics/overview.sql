@@ -1,12 +1,14 @@
 -- name: notifications
 -- Per channel with stored notifications: pending (retrying included), seconds since the oldest
--- pending one was sent, and dead letters. The table holds only pending and dead rows.
-SELECT channel,
-       count(*) FILTER (WHERE status = 'pending'),
-       coalesce(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 'pending')),
-                0)::float8,
-       count(*) FILTER (WHERE status = 'dead')
-FROM pgmsg_notification
+-- pending one was sent, and dead letters (a table of their own).
+SELECT channel, sum(pending)::bigint, max(age)::float8, sum(dead)::bigint
+FROM (
+    SELECT channel, count(*) AS pending, EXTRACT(EPOCH FROM now() - min(created_at)) AS age,
+           0 AS dead
+    FROM pgmsg_notification GROUP BY channel
+    UNION ALL
+    SELECT channel, 0, 0, count(*) FROM pgmsg_notification_dead GROUP BY channel
+) AS per_table
 GROUP BY channel;
 
 -- name: subscriptions

@@ -1,32 +1,33 @@
-"""Stored notifications of exactly-once channels, from send to acknowledgement or dead letter."""
+"""Stored notifications of exactly-once channels: pending ones, and dead letters apart."""
 
 from __future__ import annotations
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
-from django.db.models import Func
+from django.db.models import F, Func, Q
 from django.db.models.functions import Now
 
 
 class Notification(models.Model):
-    """A message of an exactly-once channel, waiting to be handled (or dead).
+    """A message of an exactly-once channel, waiting to be handled (pending or retrying).
 
-    Handled rows are deleted in the transaction that ran the listeners, so the table holds
-    only what is pending, retrying or dead. Producers that are not Django may insert
+    Handled rows are deleted in the transaction that ran the listeners, and a message that
+    gives up moves to ``NotificationDeadLetter``'s table in that transaction, so this table
+    holds only what is still to be handled. Producers that are not Django may insert
     ``(channel, payload)`` directly: every other column has a database default, and
     ``created_at``'s wakes idle workers (below).
-    """
 
-    class Status(models.TextChoices):
-        PENDING = "pending", "pending"
-        DEAD = "dead", "dead"
+    Its one full index is the primary key, which the claim reads in id order: every other
+    index is a page more that each producer's commit writes and flushes, and with 32
+    producers on 2 cores two more indexes cost a tenth of notify()'s rate (docs/benchmarks.md,
+    "Twenty-fourth pass"). Hence dead letters in a table of their own (they needed an index
+    of the pending rows that left them out) and no status column.
+    """
 
     id = models.BigAutoField(primary_key=True)
     channel = models.CharField(max_length=63)
     payload = models.JSONField(encoder=DjangoJSONEncoder)
-    status = models.CharField(
-        max_length=8, choices=Status.choices, default=Status.PENDING, db_default=Status.PENDING
-    )
+    #: Failed attempts so far: 0 for a message never tried, or tried and put back unhandled.
     attempts = models.IntegerField(default=0, db_default=0)
     #: Not claimed before this time (retry backoff).
     available_at = models.DateTimeField(db_default=Now())
@@ -45,13 +46,14 @@ class Notification(models.Model):
     class Meta:
         db_table = "pgmsg_notification"
         indexes = [
-            # The claim query: due pending rows in id order.
+            # Retries (and rows an SQL producer delayed), for a worker's "when is the next one
+            # due" (seconds_until_due): a row inserted with the defaults is available when it
+            # was created and has no attempts, so notify()'s rows do not enter this index.
             models.Index(
-                fields=["id"],
-                condition=models.Q(status="pending"),
-                name="pgmsg_notification_pending",
+                fields=["channel", "available_at"],
+                condition=Q(available_at__gt=F("created_at")) | Q(attempts__gt=0),
+                name="pgmsg_notification_retrying",
             ),
-            models.Index(fields=["status", "channel"], name="pgmsg_notification_status"),
         ]
         permissions = [
             ("replay_notification", "Can replay dead or retrying notifications"),
@@ -63,16 +65,35 @@ class Notification(models.Model):
 
     @property
     def state(self) -> str:
-        """pending, retrying (pending after a failure) or dead."""
-        if self.status == self.Status.DEAD:
-            return "dead"
+        """pending, or retrying (pending after a failure)."""
         return "retrying" if self.attempts else "pending"
 
 
-class NotificationDeadLetter(Notification):
-    """The dead notifications alone: the admin's "dead letters (channels)" entry."""
+class NotificationDeadLetter(models.Model):
+    """A notification that gave up (its attempts spent, or a failure that cannot succeed on a
+    retry), moved here from ``pgmsg_notification`` with its id, in the transaction that ran
+    its last attempt. ``replay()`` moves it back; ``discard()`` deletes it. The admin's
+    "dead letters (channels)" entry; its operations take ``Notification``'s permissions."""
+
+    #: The notification's own id, kept through death and replay.
+    id = models.BigIntegerField(primary_key=True)
+    channel = models.CharField(max_length=63)
+    payload = models.JSONField(encoder=DjangoJSONEncoder)
+    attempts = models.IntegerField()
+    created_at = models.DateTimeField()
+    last_error = models.TextField(blank=True, default="")
+    #: When its last attempt failed (when it died).
+    last_failed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        proxy = True
+        db_table = "pgmsg_notification_dead"
+        indexes = [models.Index(fields=["channel", "id"], name="pgmsg_notification_dead_ch")]
         verbose_name = "dead letter (channels)"
         verbose_name_plural = "dead letters (channels)"
+
+    def __str__(self) -> str:
+        return f"{self.channel} #{self.id} (dead)"
+
+    @property
+    def state(self) -> str:
+        return "dead"

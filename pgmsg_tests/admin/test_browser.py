@@ -18,7 +18,7 @@ from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
 import pgmsg
-from pgmsg.models import InboxMessage, Notification, Throughput
+from pgmsg.models import InboxMessage, Notification, NotificationDeadLetter, Throughput
 from pgmsg_tests.conftest import ROOT, skip_unless
 from pgmsg_tests.helpers import drain, make_due_now
 from pgmsg_tests.testapp.channels import Work
@@ -98,7 +98,7 @@ def dead_letters():
         pgmsg.Worker(inboxes=["test.inbox"], until_idle=True, install_signal_handlers=False).run()
         InboxMessage.objects.filter(status="pending").update(available_at=timezone.now())
     pgmsg.notify(Work(key="waiting"))
-    dead = Notification.objects.get(status="dead")
+    dead = NotificationDeadLetter.objects.get()
     inbox_dead = InboxMessage.objects.get(status="dead")
     return dead, inbox_dead
 
@@ -150,8 +150,9 @@ def test_overview_dead_letter_and_replay_with_the_permission(page, dead_letters,
 
     page.click("#replay")
     expect(page.locator(".messagelist")).to_contain_text(f"Replayed #{dead.pk}")
-    dead.refresh_from_db()
-    assert (dead.status, dead.attempts) == ("pending", 0)
+    assert not NotificationDeadLetter.objects.filter(pk=dead.pk).exists()
+    replayed = Notification.objects.get(pk=dead.pk)  # back, with its id
+    assert (replayed.state, replayed.attempts, replayed.payload) == ("pending", 0, dead.payload)
 
 
 def test_a_user_without_the_permissions_sees_no_action(page, dead_letters, client):
@@ -168,8 +169,8 @@ def test_a_user_without_the_permissions_sees_no_action(page, dead_letters, clien
     url = f"/admin/pgmsg/overview/dead/channel/test.work/{dead.pk}/"
     assert client.post(url, {"action": "replay"}).status_code == 403
     assert client.post(url, {"action": "discard", "reason": "x"}).status_code == 403
-    dead.refresh_from_db()
-    assert dead.status == "dead"
+    dead.refresh_from_db()  # still a dead letter
+    assert not Notification.objects.filter(pk=dead.pk).exists()
 
 
 def test_discard_with_a_reason(page, dead_letters):

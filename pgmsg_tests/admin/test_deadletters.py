@@ -3,7 +3,8 @@
 import pytest
 from django.contrib.auth.models import Permission, User
 
-from pgmsg.models import InboxMessage, Notification
+from pgmsg.models import InboxMessage, Notification, NotificationDeadLetter
+from pgmsg_tests.helpers import dead_letter
 
 pytestmark = pytest.mark.django_db
 
@@ -24,9 +25,7 @@ def staff(*codenames: str) -> User:
 @pytest.fixture
 def rows():
     return {
-        "dead": Notification.objects.create(
-            channel="work", payload={}, status="dead", attempts=5, last_error=TRACEBACK
-        ),
+        "dead": dead_letter(channel="work", payload={}, last_error=TRACEBACK),
         "pending": Notification.objects.create(channel="work", payload={}),
         "inbox_dead": InboxMessage.objects.create(
             inbox="orders", message_id="a", type="t", payload={}, status="dead", attempts=5
@@ -68,8 +67,9 @@ def test_replay_uses_the_channels_replay_permission(client, rows):
     url = "/admin/pgmsg/notificationdeadletter/"
     client.force_login(staff("view_notification"))
     client.post(url, {"action": "replay_selected", "_selected_action": [rows["dead"].pk]})
-    assert Notification.objects.get(pk=rows["dead"].pk).status == "dead"
+    assert NotificationDeadLetter.objects.filter(pk=rows["dead"].pk).exists()
 
     client.force_login(staff("view_notification", "replay_notification"))
     client.post(url, {"action": "replay_selected", "_selected_action": [rows["dead"].pk]})
-    assert Notification.objects.get(pk=rows["dead"].pk).status == "pending"
+    assert not NotificationDeadLetter.objects.filter(pk=rows["dead"].pk).exists()
+    assert Notification.objects.get(pk=rows["dead"].pk).attempts == 0

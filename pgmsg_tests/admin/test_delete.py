@@ -19,8 +19,13 @@ pytestmark = pytest.mark.django_db
 #: One row each admin lists, built the way pgmsg stores it (dead rows for dead-letter lists).
 ROWS = {
     m.Notification: lambda: m.Notification.objects.create(channel="work", payload={"key": "p"}),
-    m.NotificationDeadLetter: lambda: m.Notification.objects.create(
-        channel="work", payload={"key": "d"}, status="dead", attempts=5, last_error="boom"
+    m.NotificationDeadLetter: lambda: m.NotificationDeadLetter.objects.create(
+        id=10**9,
+        channel="work",
+        payload={"key": "d"},
+        attempts=5,
+        created_at=timezone.now(),
+        last_error="boom",
     ),
     m.InboxMessage: lambda: m.InboxMessage.objects.create(
         inbox="orders", message_id="m-pending", type="t", payload={}

@@ -14,7 +14,7 @@ from psycopg.types.range import Range
 import pgmsg
 from pgmsg.core import errors, payloads
 from pgmsg.core.worker import Worker
-from pgmsg.models import Notification
+from pgmsg.models import Notification, NotificationDeadLetter
 from pgmsg_tests.testapp import listeners
 from pgmsg_tests.testapp.channels import Edges
 from pgmsg_tests.testapp.every_field import EveryField
@@ -82,7 +82,10 @@ def received():
 def test_every_field_type_survives_a_trigger_channel(column, received):
     row = EveryField.objects.create(**{column: FIELD_VALUES[column]})
     drain_here("every_field_changed")
-    assert not Notification.objects.exists(), Notification.objects.values("status", "last_error")
+    assert not Notification.objects.exists(), Notification.objects.values("last_error")
+    assert not NotificationDeadLetter.objects.exists(), NotificationDeadLetter.objects.values(
+        "last_error"
+    )
     (got,) = received
     stored = EveryField.objects.get(pk=row.pk)
     value = getattr(got, column)
@@ -119,8 +122,9 @@ def test_a_malformed_trigger_payload_is_dead_at_once_saying_which_column():
             """('order_changed', '"just text"')"""
         )
     drain_here("order_changed")
-    dead = list(Notification.objects.order_by("id"))
-    assert [(n.status, n.attempts) for n in dead] == [("dead", 1)] * 3
+    assert not Notification.objects.exists()
+    dead = list(NotificationDeadLetter.objects.order_by("id"))
+    assert [(n.state, n.attempts) for n in dead] == [("dead", 1)] * 3
     assert "not retried" in dead[0].last_error
     assert "new.id = 'x' does not fit BigAutoField" in dead[0].last_error
     assert "'new' is not a row" in dead[1].last_error

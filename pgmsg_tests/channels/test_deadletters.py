@@ -8,7 +8,8 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 import pgmsg
-from pgmsg.models import Notification
+from pgmsg.channels import deadletters
+from pgmsg.models import Notification, NotificationDeadLetter
 from pgmsg_tests.helpers import drain, effect_counts, make_due_now
 from pgmsg_tests.testapp.channels import Work
 
@@ -63,14 +64,18 @@ def test_one_failure_does_not_undo_the_rest_of_the_batch(settings, savepoint_per
 
 
 def test_after_max_attempts_it_becomes_a_dead_letter_and_stays():
-    pgmsg.notify(Work(key="doomed", always_fail=True))
+    doomed_id = pgmsg.notify(Work(key="doomed", always_fail=True))
+    other_id = pgmsg.notify(Work(key="kept", always_fail=True))
     drain_until_settled()
-    row = Notification.objects.get()
+    assert not Notification.objects.exists()  # both moved to the dead letters
+    row = NotificationDeadLetter.objects.get(pk=doomed_id)  # with its id
     assert row.state == "dead" and row.attempts == 5  # PGMSG MAX_ATTEMPTS default
-    assert "always fails" in row.last_error
+    assert row.payload["key"] == "doomed" and row.payload["always_fail"] is True
+    assert "always fails" in row.last_error and row.last_failed_at is not None
     drain_until_settled(2)
-    assert Notification.objects.get().attempts == 5  # dead letters are not claimed
-    assert list(pgmsg.dead_letters()) == [row]
+    assert NotificationDeadLetter.objects.get(pk=row.pk).attempts == 5  # not claimed again
+    assert list(pgmsg.dead_letters()) == [row, NotificationDeadLetter.objects.get(pk=other_id)]
+    assert pgmsg.dead_letters("test.other").count() == 0
 
 
 def test_a_payload_that_cannot_be_decoded_goes_dead_at_once_with_the_reason():
@@ -80,7 +85,8 @@ def test_a_payload_that_cannot_be_decoded_goes_dead_at_once_with_the_reason():
             "('test.work', '{\"key\": 12}'), ('test.work', '{\"nokey\": 1}')"
         )
     drain()
-    rows = list(Notification.objects.order_by("id"))
+    assert not Notification.objects.exists()
+    rows = list(NotificationDeadLetter.objects.order_by("id"))
     assert [r.state for r in rows] == ["dead", "dead"]
     assert [r.attempts for r in rows] == [1, 1]
     assert "not retried" in rows[0].last_error
@@ -91,12 +97,14 @@ def test_a_payload_that_cannot_be_decoded_goes_dead_at_once_with_the_reason():
 def test_replay_gives_a_dead_letter_fresh_attempts_and_it_is_handled():
     pgmsg.notify(Work(key="second-chance", fail_times=5))
     drain_until_settled()
-    row = Notification.objects.get()
+    row = NotificationDeadLetter.objects.get()
     assert row.state == "dead"
     # Make the handler succeed now: replay resets attempts to 0, and fail_times=5 would fail
     # again, so rewrite the payload the way an operator fixing data would.
-    Notification.objects.filter(pk=row.pk).update(payload={"key": "second-chance"})
+    NotificationDeadLetter.objects.filter(pk=row.pk).update(payload={"key": "second-chance"})
     assert pgmsg.replay([row.pk]) == 1
+    assert not NotificationDeadLetter.objects.exists()
+    assert Notification.objects.get().pk == row.pk
     drain()
     assert Notification.objects.count() == 0
     assert effect_counts() == {"second-chance": 1}
@@ -105,13 +113,15 @@ def test_replay_gives_a_dead_letter_fresh_attempts_and_it_is_handled():
 def test_replay_by_channel_and_discard():
     pgmsg.notify_many([Work(key=f"d{i}", always_fail=True) for i in range(3)])
     drain_until_settled()
-    assert Notification.objects.filter(status="dead").count() == 3
+    assert NotificationDeadLetter.objects.count() == 3 and not Notification.objects.exists()
+    assert deadletters.status() == {"test.work": 3}
     assert pgmsg.replay(channel="test.work") == 3
-    assert Notification.objects.filter(status="pending", attempts=0).count() == 3
+    assert Notification.objects.filter(attempts=0).count() == 3
+    assert not NotificationDeadLetter.objects.exists()
     drain_until_settled()
-    ids = list(Notification.objects.values_list("id", flat=True))
+    ids = list(NotificationDeadLetter.objects.order_by("id").values_list("id", flat=True))
     assert pgmsg.discard(ids[:2]) == 2
-    assert list(Notification.objects.values_list("id", flat=True)) == ids[2:]
+    assert list(NotificationDeadLetter.objects.values_list("id", flat=True)) == ids[2:]
 
 
 def test_discard_leaves_pending_notifications_alone():
@@ -123,7 +133,7 @@ def test_discard_leaves_pending_notifications_alone():
 def test_deadletters_command_lists_replays_and_discards():
     pgmsg.notify_many([Work(key="c1", always_fail=True), Work(key="c2", always_fail=True)])
     drain_until_settled()
-    first, second = Notification.objects.order_by("id").values_list("id", flat=True)
+    first, second = NotificationDeadLetter.objects.order_by("id").values_list("id", flat=True)
     out = StringIO()
     call_command("pgmsg_deadletters", "list", stdout=out)
     assert f"{first}\ttest.work\tattempts=5" in out.getvalue()
@@ -133,6 +143,7 @@ def test_deadletters_command_lists_replays_and_discards():
     assert "replay: 1 notification(s)" in out.getvalue()
     call_command("pgmsg_deadletters", "discard", "--channel", "test.work", stdout=StringIO())
     assert list(Notification.objects.values_list("id", flat=True)) == [first]
+    assert not NotificationDeadLetter.objects.exists()
     with pytest.raises(CommandError, match="give notification ids, --channel NAME or --inbox"):
         call_command("pgmsg_deadletters", "discard")
 
@@ -151,7 +162,8 @@ def test_an_undecodable_payload_fails_alone_when_its_row_runs_and_the_others_run
     drain_until_settled()
     assert effect_counts() == {"a": 1, "b": 1, "d": 1}
     assert effect_counts(listener="second_listener") == {"a": 1, "b": 1, "d": 1}
-    dead = list(Notification.objects.order_by("id"))
-    assert [(n.status, n.attempts) for n in dead] == [("dead", 1), ("dead", 1)]
+    assert not Notification.objects.exists()
+    dead = list(NotificationDeadLetter.objects.order_by("id"))
+    assert [(n.state, n.attempts) for n in dead] == [("dead", 1), ("dead", 1)]
     assert "Work.key: 5 is not a valid str" in dead[0].last_error
     assert "unknown field(s) ['x']" in dead[1].last_error

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection, transaction
 
 import pgmsg
-from pgmsg.models import Notification
+from pgmsg.models import Notification, NotificationDeadLetter
 from pgmsg_dev.devdb import database_url
 from pgmsg_tests.conftest import wait_for
 from pgmsg_tests.helpers import effect_counts, locked_rows
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def nothing_pending() -> bool:
-    return not Notification.objects.filter(status="pending").exists()
+    return not Notification.objects.exists()
 
 
 def test_a_message_that_kills_its_worker_dies_alone_and_its_batch_is_handled_once(workers):
@@ -47,8 +47,9 @@ def test_a_message_that_kills_its_worker_dies_alone_and_its_batch_is_handled_onc
     # The first death took the whole batch with it; the second was the poison's alone
     # (Poison has max_attempts=2): the third worker made it dead without running it.
     assert deaths == 2
-    poison = Notification.objects.get()
-    assert (poison.channel, poison.status) == ("test.poison", "dead")
+    assert not Notification.objects.exists()
+    poison = NotificationDeadLetter.objects.get()
+    assert (poison.channel, poison.state) == ("test.poison", "dead")
     assert "worker process died while handling it (2 time(s))" in poison.last_error
     assert not Effect.objects.filter(channel="test.poison").exists()
     counts = effect_counts()
@@ -190,7 +191,7 @@ def test_rows_of_a_channel_nobody_declares_are_reported_not_dropped(workers):
         timeout=60,
         message="the worker names the undeclared channel",
     )
-    assert Notification.objects.filter(channel="test.nobody", status="pending").count() == 3
+    assert Notification.objects.filter(channel="test.nobody").count() == 3
 
 
 # Waits for the row lock of the worker's batch, then, in a new snapshot a few microseconds

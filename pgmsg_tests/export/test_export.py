@@ -24,7 +24,7 @@ import pgmsg
 from pgmsg import export
 from pgmsg.core import errors
 from pgmsg.export import tables
-from pgmsg.models import ExportWatermark, InboxMessage, Notification
+from pgmsg.models import ExportWatermark, InboxMessage, Notification, NotificationDeadLetter
 from pgmsg_dev.devdb import database_url
 from pgmsg_tests.conftest import ROOT
 from pgmsg_tests.export.helpers import (
@@ -34,7 +34,7 @@ from pgmsg_tests.export.helpers import (
     settle,
     watermark_row,
 )
-from pgmsg_tests.helpers import drain
+from pgmsg_tests.helpers import drain, make_dead
 from pgmsg_tests.testapp.channels import Unheard, Work
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -121,7 +121,7 @@ def test_dry_run_says_what_would_be_exported_and_writes_nothing(tmp_path, inbox)
         "notifications",
         stdout=(out := io.StringIO()),
     )
-    assert "would export notifications (pgmsg_notification): 7 row(s)" in out.getvalue()
+    assert "would export notifications (pgmsg_notification_stored): 7 row(s)" in out.getvalue()
     assert "dry run: nothing written, no watermark moved" in out.getvalue()
     assert not (tmp_path / "out").exists()
 
@@ -166,19 +166,26 @@ def test_notifications_round_trip_every_value_through_parquet(spark, tmp_path):
     pgmsg.notify_many(Work(key=k) for k in keys)
     pgmsg.notify_many(Unheard(key=f"u{i}") for i in range(40))
     failed_at = dt.datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=dt.UTC)
-    Notification.objects.filter(channel="test.work").update(
-        status="dead", attempts=5, last_error="Traceback\n  boom", last_failed_at=failed_at
+    make_dead(
+        Notification.objects.filter(channel="test.work").values_list("pk", flat=True),
+        attempts=5,
+        last_error="Traceback\n  boom",
+        last_failed_at=failed_at,
     )
     summary = export.export_tables(
         str(tmp_path), spark=spark, tables=["notifications"], partitions=3, flatten=["key"]
     )
     [result] = summary.results
-    days = {d.date() for d in Notification.objects.values_list("created_at", flat=True)}
+    days = {d.date() for d in Notification.objects.values_list("created_at", flat=True)} | {
+        d.date() for d in NotificationDeadLetter.objects.values_list("created_at", flat=True)
+    }
     assert result.rows == 45 and result.files == 3 * len(days) and result.bytes > 0
     assert watermark_row("notifications").transaction_xmin is None  # a snapshot table
 
     rows = read_dataset(tmp_path / "notifications")
-    assert_same_rows(rows, "pgmsg_notification", "id", flatten=["key"], payload="payload")
+    # The view of pending and dead notifications, with their status (migration 0030).
+    assert_same_rows(rows, "pgmsg_notification_stored", "id", flatten=["key"], payload="payload")
+    assert sorted(r["status"] for r in rows) == ["dead"] * len(keys) + ["pending"] * 40
     for row in rows:
         assert row["day"] == row["created_at"].date().isoformat()
     schema = pads.dataset(str(tmp_path / "notifications"), format="parquet").schema
@@ -387,7 +394,7 @@ def test_blocks_end_on_row_boundaries_even_when_a_row_is_larger(tmp_path):
     assert len(batches) > 3
     rows = [row for batch in batches for row in batch.to_pylist()]
     assert [json.loads(r["payload"])["key"] for r in rows] == keys
-    assert_same_rows(rows, "pgmsg_notification", "id")
+    assert_same_rows(rows, "pgmsg_notification_stored", "id")
 
 
 @pytest.mark.spark

@@ -17,6 +17,7 @@ from pgmsg.events import store
 from pgmsg.export import report, run
 from pgmsg.models import Notification
 from pgmsg_tests.export.helpers import latest_versions, read_dataset, settle
+from pgmsg_tests.helpers import make_dead
 from pgmsg_tests.inbox.helpers import drain, make_due_now
 from pgmsg_tests.testapp.channels import Unheard
 
@@ -43,7 +44,8 @@ def build_lake(spark, lake) -> None:
         drain("test.inbox")
         make_due_now()
     pgmsg.notify_many(Unheard(key=f"n{i}") for i in range(4))
-    Notification.objects.filter(payload__key__in=["n0", "n1", "n2"]).update(status="dead")
+    dying = Notification.objects.filter(payload__key__in=["n0", "n1", "n2"])
+    make_dead(dying.values_list("pk", flat=True))
     settle("pgmsg_event")
     settle("pgmsg_inbox_message")
     run.export_tables(str(lake), spark=spark)

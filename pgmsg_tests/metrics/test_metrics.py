@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import pgmsg
 from pgmsg.core import metrics
-from pgmsg.models import Notification, Throughput
+from pgmsg.models import Notification, NotificationDeadLetter, Throughput
 from pgmsg_tests.conftest import wait_for
 from pgmsg_tests.testapp.channels import Work
 from pgmsg_tests.testapp.models import Effect
@@ -56,10 +56,7 @@ def test_the_endpoint_of_listen_processes_2_counts_what_was_sent(workers):
     pgmsg.notify(Work(key="never", always_fail=True))  # 5 attempts (MAX_ATTEMPTS), then dead
 
     wait_for(
-        lambda: (
-            Notification.objects.filter(status="pending").count() == 0
-            and Notification.objects.filter(status="dead").count() == 1
-        ),
+        lambda: Notification.objects.count() == 0 and NotificationDeadLetter.objects.count() == 1,
         message="every notification handled or dead",
     )
     samples = wait_for(
@@ -84,7 +81,7 @@ def test_the_endpoint_of_listen_processes_2_counts_what_was_sent(workers):
     assert len(pids) == 2 and supervisor.pid not in pids
     log = workers.log(supervisor)
     dead_lines = [line for line in log.splitlines() if line.startswith("pgmsg dead letter")]
-    dead = Notification.objects.get()
+    dead = NotificationDeadLetter.objects.get()
     assert dead_lines == [
         f"pgmsg dead letter: kind=notification id={dead.pk} source=test.work attempt=5 "
         "outcome=dead error='RuntimeError: work never always fails'"

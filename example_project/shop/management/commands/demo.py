@@ -25,7 +25,7 @@ from example_project.shop.channels import (
     PriceChanged,
 )
 from example_project.shop.models import Invoice, LoyaltyBalance, Order, Payment, Shipment
-from pgmsg.models import Notification
+from pgmsg.models import Notification, NotificationDeadLetter
 
 ROOT = Path(__file__).resolve().parents[4]
 ORDERS = 200
@@ -43,6 +43,7 @@ class Command(BaseCommand):
         Invoice.objects.all().delete()
         LoyaltyBalance.objects.all().delete()
         Notification.objects.filter(channel__startswith="shop.").delete()
+        NotificationDeadLetter.objects.filter(channel__startswith="shop.").delete()
         say("   migrated; shop tables emptied for a fresh run")
 
         say(
@@ -152,7 +153,7 @@ class Command(BaseCommand):
                 and Payment.objects.filter(order__in=Order.objects.all()).count() >= WEBHOOKS
                 and sum(LoyaltyBalance.objects.values_list("events_seen", flat=True)) >= 3
             )
-            dead = Notification.objects.filter(channel="shop.fraud_check", status="dead")
+            dead = NotificationDeadLetter.objects.filter(channel="shop.fraud_check")
             if done and dead.exists():
                 break
             time.sleep(0.2)
@@ -177,7 +178,7 @@ class Command(BaseCommand):
         say(f"   work shared by worker processes: {dict(by_worker)}")
         rolled_back = Invoice.objects.filter(order_id__gt=Order.objects.order_by("-pk").first().pk)
         say(f"   messages of the rolled-back transaction delivered: {rolled_back.count()}")
-        dead = Notification.objects.get(channel="shop.fraud_check")
+        dead = NotificationDeadLetter.objects.get(channel="shop.fraud_check")
         say(
             f"   dead letter #{dead.pk} on {dead.channel}: {dead.attempts} attempts, last error: "
             f"{dead.last_error.strip().splitlines()[-1]}"
