@@ -50,20 +50,13 @@ class NotificationAdmin(MessageAdmin):
 
 
 @admin.register(NotificationDeadLetter)
-class NotificationDeadLetterAdmin(MessageAdmin):
+class NotificationDeadLetterAdmin(NotificationAdmin):
     """The dead notifications (a table of their own), under Notification's permissions."""
 
     permission_model = Notification
     list_display = ["id", "channel", "attempts", "created_at", "last_failed_at", "short_error"]
     list_filter = ["channel"]
-    search_fields = ["channel", "last_error"]
-    ordering = ["-id"]
     actions = ["replay_selected", "discard_selected"]
-
-    @admin.action(description="Replay selected dead letters now", permissions=["replay"])
-    def replay_selected(self, request, queryset):
-        count = deadletter.replay(queryset.values_list("id", flat=True))
-        self.message_user(request, f"Replayed {count} notification(s).", messages.SUCCESS)
 
     @admin.action(description="Discard selected dead letters", permissions=["discard"])
     def discard_selected(self, request, queryset):
