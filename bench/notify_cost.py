@@ -24,6 +24,7 @@ re-creates; nothing else is touched.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -121,14 +122,13 @@ def main() -> None:
         values = [params["channel"], payload]
         libpq.one_value(unprepared, sending._SEND_PREPARED, values, prepare=True)
 
-    def notify_unprepared() -> None:
-        # What PREPARE_STATEMENTS None reads as a transaction-mode pooler (prepared.prepares),
-        # set for the one call: override_settings would rebuild pgmsg's settings each time.
-        connection.settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = True
-        try:
-            pgmsg.notify(Tick(seq=1))
-        finally:
-            del connection.settings_dict["DISABLE_SERVER_SIDE_CURSORS"]
+    def unprepared_settings():
+        # PREPARE_STATEMENTS off for the variant's calls, set around them (not per call: a
+        # settings change makes notify() check its connection afresh, libpq.fetch_value).
+        from django.conf import settings
+        from django.test import override_settings
+
+        return override_settings(PGMSG={**settings.PGMSG, "PREPARE_STATEMENTS": False})
 
     def django_send() -> None:
         with connection.cursor() as cursor:
@@ -189,19 +189,25 @@ def main() -> None:
         ),
         ("pgmsg_send() through Django's cursor wrapper", django_pid, django_send),
         ("pgmsg.notify()", django_pid, lambda: pgmsg.notify(Tick(seq=1))),
-        ("pgmsg.notify(), PREPARE_STATEMENTS False", django_pid, notify_unprepared),
+        (
+            "pgmsg.notify(), PREPARE_STATEMENTS False",
+            django_pid,
+            lambda: pgmsg.notify(Tick(seq=1)),
+            unprepared_settings,
+        ),
     ]
     results: dict[str, list[tuple[float, float]]] = {}
     for _ in range(args.reps):
-        for label, pid, call in ladder:
+        for label, pid, call, *context in ladder:
             raw.execute(f"TRUNCATE {TABLES}")
-            for _ in range(200):  # warm up (psycopg prepares a statement on its 5th use)
-                call()
-            client, backend = time.process_time(), backend_cpu(pid)
-            for _ in range(args.calls):
-                call()
-            client = (time.process_time() - client) / args.calls * 1e6
-            backend = (backend_cpu(pid) - backend) / args.calls * 1e6
+            with context[0]() if context else contextlib.nullcontext():
+                for _ in range(200):  # warm up (psycopg prepares a statement on its 5th use)
+                    call()
+                client, backend = time.process_time(), backend_cpu(pid)
+                for _ in range(args.calls):
+                    call()
+                client = (time.process_time() - client) / args.calls * 1e6
+                backend = (backend_cpu(pid) - backend) / args.calls * 1e6
             results.setdefault(label, []).append((client, backend))
 
     print(

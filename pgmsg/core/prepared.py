@@ -77,8 +77,11 @@ def names_on(conn: psycopg.Connection) -> set[bytes]:
 
 
 def forget(conn: psycopg.Connection) -> None:
-    """``conn``'s server session lost its statements: prepare them anew."""
-    _names.pop(conn, None)
+    """``conn``'s server session lost its statements: prepare them anew (the set is emptied
+    in place, for the holders of it: libpq's fetch_value keeps it)."""
+    names = _names.get(conn)
+    if names is not None:
+        names.clear()
 
 
 _names: weakref.WeakKeyDictionary[psycopg.Connection, set[bytes]] = weakref.WeakKeyDictionary()

@@ -1,15 +1,17 @@
 """notify() in the caller's transaction; delivery to listeners by an in-process worker."""
 
 import datetime as dt
+import threading
 import uuid
 from decimal import Decimal
 
 import psycopg
 import pytest
-from django.db import InternalError, connection, transaction
+from django.db import DatabaseError, InternalError, connection, connections, transaction
 from django.db.backends.utils import CursorWrapper
 from django.db.transaction import TransactionManagementError
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 import pgmsg
 from pgmsg.core import errors
@@ -202,6 +204,69 @@ def test_notify_follows_a_new_connection():
         transaction.on_commit(lambda: pgmsg.notify(Work(key="d")))
     drain()
     assert effect_counts() == {"a": 1, "b": 1, "c": 1, "d": 1}
+
+
+def test_after_its_first_send_notify_still_notices_what_changes_between_calls():
+    """notify() checks less once a connection has taken its libpq path (libpq._hot_value); it
+    must still notice everything that can change from one call to the next. Each step first
+    sends once more, so that it starts on that shorter path (PGMSG overridden leaves it)."""
+    sent = []
+
+    def send(key: str) -> None:
+        pgmsg.notify(Work(key=key))
+        sent.append(key)
+
+    seen = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    send("first")
+    send("hot")
+    with connection.execute_wrapper(wrapper):
+        send("wrapped")
+    assert any("pgmsg_send" in sql for sql in seen)
+    send("warm")
+    with CaptureQueriesContext(connection) as captured:
+        send("captured")
+    assert any("pgmsg_send" in q["sql"] for q in captured.captured_queries)
+    send("warm")
+    with override_settings(DEBUG=True):
+        connection.queries_log.clear()
+        send("debug")
+        assert any("pgmsg_send" in q["sql"] for q in connection.queries)
+    send("warm")
+    with transaction.atomic():
+        pgmsg.notify(Work(key="rolled back"))  # the transaction under way on the server
+        with pytest.raises(RuntimeError), transaction.atomic(savepoint=False):
+            raise RuntimeError
+        with pytest.raises(TransactionManagementError):
+            pgmsg.notify(Work(key="broken block"))
+    send("warm")
+    # Django's connections are per thread; one handed to another thread (as a careless
+    # caller could) must still be refused there.
+    own, refused = connections["default"], []
+
+    def in_another_thread():
+        connections["default"] = own
+        try:
+            pgmsg.notify(Work(key="other thread"))
+        except DatabaseError as exc:
+            refused.append(exc)
+
+    thread = threading.Thread(target=in_another_thread)
+    thread.start()
+    thread.join()
+    assert refused and "thread" in str(refused[0])
+    send("warm")
+    connection.close()
+    send("new connection")
+    send("warm")
+    connection.connection.execute("DEALLOCATE ALL")  # behind pgmsg's back, in autocommit
+    send("prepared anew")
+    keys = Notification.objects.values_list("payload__key", flat=True)
+    assert sorted(keys) == sorted(sent)
 
 
 def prepared_sends() -> list[str]:
