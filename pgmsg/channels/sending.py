@@ -77,6 +77,9 @@ def notify_many(messages: Iterable[channels.Channel], *, using: str | None = Non
 
 
 def _encode(spec: channels.ChannelSpec, message: channels.Channel, *, validate: bool) -> str:
+    text = payloads.plain_encoder(spec.payload_class)(message)
+    if text is not None:
+        return text
     if validate:
         return payloads.dumps_checked(
             spec.payload_class, message, what=f"cannot send on channel {spec.name!r}"

@@ -108,3 +108,40 @@ def test_an_int_for_a_float_field_is_still_accepted():
 def test_what_jsonb_cannot_hold_is_refused_on_the_plain_path_too(message):
     with pytest.raises(errors.PayloadError):
         pgmsg.notify(message)
+
+
+def test_the_plain_encoder_writes_what_dumps_writes_or_leaves_the_value_to_it():
+    """payloads.plain_encoder (notify()'s first try) gives dumps' exact text for a value whose
+    fields all hold their plain types, and None for anything else, which dumps and
+    dumps_checked then take with their errors: so a bad value still fails where it is sent."""
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Plain:
+        n: int
+        x: float = 0.0
+        s: str | None = None
+        b: bool = False
+
+    @dataclasses.dataclass
+    class Sub(Plain):
+        pass
+
+    encode = payloads.plain_encoder(Plain)
+    for value in (Plain(1), Plain(-5, 2.5, 'é " \\ \n', True), Plain(2**70, 1e300, None)):
+        assert encode(value) == payloads.dumps(value)
+    left = [
+        Plain(True),  # a bool in an int field
+        Plain(1, 1),  # an int in a float field (dumps writes it; the check decides)
+        Plain(1, float("nan")),  # JSON has no NaN
+        Plain(1, 0.0, "a\x00b"),  # jsonb holds no NUL
+        Plain(1, 0.0, 5),  # a wrong type
+        Sub(1),  # another class than the one asked for
+    ]
+    assert [encode(value) for value in left] == [None] * len(left)
+    assert payloads.plain_encoder(Typed)(None) is None  # a class with other field types
+    with pytest.raises(errors.PayloadError, match="NUL"):
+        pgmsg.notify(Work(key="a\x00b"))
+    with pytest.raises(errors.PayloadError, match="is not"):
+        pgmsg.notify(Work(key=True))
+    assert not Notification.objects.exists()
