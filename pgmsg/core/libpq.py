@@ -305,7 +305,7 @@ def _hot_value(
         # and send where nothing ran; else the transaction is aborted and this process stops
         # preparing on db).
         prepared.forget(conn)
-        del db.__dict__[_HOT]
+        db.__dict__.pop(_HOT, None)
         if status == _IDLE:
             return _NOT_SENT
         lost.add_note(prepared.POOLER_HINT)
