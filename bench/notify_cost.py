@@ -124,7 +124,7 @@ def main() -> None:
 
     def unprepared_settings():
         # PREPARE_STATEMENTS off for the variant's calls, set around them (not per call: a
-        # settings change makes notify() check its connection afresh, libpq.fetch_value).
+        # settings change makes notify() check its connection afresh, sends.fetch_value).
         from django.conf import settings
         from django.test import override_settings
 

@@ -8,7 +8,7 @@ from typing import Any
 from django.db import connections
 
 from pgmsg.channels import declarations as channels
-from pgmsg.core import conf, errors, libpq, payloads, sql
+from pgmsg.core import conf, errors, payload_encoders, payloads, sends, sql
 
 QUERIES = sql.load(__package__, "notifications.sql")
 
@@ -39,7 +39,7 @@ def notify(message: channels.Channel, *, using: str | None = None) -> int | None
                 {"notify_channel": channels.BROADCAST_PREFIX + spec.name, "payload": text},
             )
         return None
-    return libpq.fetch_value(
+    return sends.fetch_value(
         db,
         QUERIES["send"],
         {"channel": spec.name, "payload": text},
@@ -65,7 +65,7 @@ def notify_many(messages: Iterable[channels.Channel], *, using: str | None = Non
             stored_payloads.append(text)
     db = connections[using or settings.DATABASE]
     if stored_channels:
-        libpq.fetch_value(
+        sends.fetch_value(
             db,
             QUERIES["send_many"],
             {"channels": stored_channels, "payloads": stored_payloads},
@@ -77,7 +77,7 @@ def notify_many(messages: Iterable[channels.Channel], *, using: str | None = Non
 
 
 def _encode(spec: channels.ChannelSpec, message: channels.Channel, *, validate: bool) -> str:
-    text = payloads.plain_encoder(spec.payload_class)(message)
+    text = payload_encoders.plain_encoder(spec.payload_class)(message)
     if text is not None:
         return text
     if validate:

@@ -83,7 +83,7 @@ def _plain_encode_function() -> Any:
     return encode
 
 
-_encode_plain = _plain_encode_function()
+encode_plain = _plain_encode_function()
 
 
 def dumps(value: Any) -> str:
@@ -111,11 +111,11 @@ def dumps_checked(
 
 def _plain_dict(value: Any, skip: frozenset[str] = frozenset()) -> dict | None:
     """The dict the encoder would make of a dataclass instance whose fields (but ``skip``) are
-    all plain (see _plain_fields), or None for anything else: a third of the cost of the
+    all plain (see plain_fields), or None for anything else: a third of the cost of the
     general path, whose fallback runs for the instance (measured: about 20 us for a two-field
     channel)."""
     cls = type(value)
-    plain = _plain_fields(cls, skip) if hasattr(cls, "__dataclass_fields__") else None
+    plain = plain_fields(cls, skip) if hasattr(cls, "__dataclass_fields__") else None
     if plain is None:
         return None
     data = {}
@@ -129,7 +129,7 @@ def _plain_dict(value: Any, skip: frozenset[str] = frozenset()) -> dict | None:
 
 def _dumps(value: Any, plain: dict | None) -> str:
     try:
-        text = _ENCODER.encode(value) if plain is None else _encode_plain(plain)
+        text = _ENCODER.encode(value) if plain is None else encode_plain(plain)
     except (TypeError, ValueError) as exc:
         raise errors.PayloadError(f"cannot encode payload {value!r} as JSON: {exc}") from exc
     if "u0000" in text and _NUL_RE.search(text):
@@ -259,12 +259,12 @@ def _checked_dataclass(cls: type, value: Any, path: str, given: dict | None = No
 def _direct_loader(cls: type, given: tuple[str, ...]) -> Any:
     """Per dataclass (and names of arguments given apart): a function made once that builds
     ``cls`` from a decoded JSON object holding exactly its other fields, each of a type JSON
-    gives as it is (``_plain_fields``); it returns None for anything else, which the checks of
+    gives as it is (``plain_fields``); it returns None for anything else, which the checks of
     ``_load_dataclass`` then take (defaults, conversions, errors). None when ``cls`` has a
     field of another type. The checks cost about three times the constructor's call on a
     small payload; this costs about one more (measured here, two fields: payloads.load 1.02 ->
     0.60 us, the constructor alone 0.26)."""
-    plain = _plain_fields(cls, frozenset(given))
+    plain = plain_fields(cls, frozenset(given))
     if not plain:
         return None
     # Field names are Python identifiers (dataclass fields): safe to write into the source.
@@ -290,52 +290,6 @@ def load(value, given):
     return scope["load"]
 
 
-@cache
-def plain_encoder(cls: type) -> Callable[[Any], str | None]:
-    """Per dataclass: a function made once that gives the JSON text of an instance of ``cls``
-    whose fields all hold a value of a type JSON gives back as it is (``_plain_fields``), as
-    dumps would write it, and None for anything else (a subclass, another field type, a NaN, a
-    NUL character), which dumps and dumps_checked then take, with their errors. What it
-    returns decodes back into ``cls`` unchanged, so it needs no decoding check.
-
-    notify() calls it first: dumps_checked's steps (the field table's lookup, the dict built
-    field by field, two more calls) cost a producer about 5 us of CPU a message between round
-    trips, where its Python runs from cold caches (docs/wakeups.md)."""
-    plain = _plain_fields(cls) if hasattr(cls, "__dataclass_fields__") else None
-    if not plain:
-        return _not_plain
-    # Field names are Python identifiers (dataclass fields): safe to write into the source.
-    names = [name for name, _ in plain]
-    scope = {
-        "cls": cls,
-        "encode": _encode_plain,
-        "Error": (TypeError, ValueError),
-        **{f"types_{i}": exact for i, (_, exact) in enumerate(plain)},
-    }
-    reads = "\n    ".join(f"v{i} = value.{name}" for i, name in enumerate(names))
-    checks = " and ".join(f"type(v{i}) in types_{i}" for i in range(len(names)))
-    items = ", ".join(f"{name!r}: v{i}" for i, name in enumerate(names))
-    source = f"""
-def encode_plain(value):
-    if type(value) is not cls:
-        return None
-    {reads}
-    if not ({checks}):
-        return None
-    try:
-        text = encode({{{items}}})
-    except Error:
-        return None
-    return None if "u0000" in text else text
-"""
-    exec(source, scope)  # noqa: S102 -- text made above from field names and indexes only
-    return scope["encode_plain"]
-
-
-def _not_plain(value: Any) -> None:
-    return None
-
-
 def check_decodes(cls: type, text: str, *, what: str) -> None:
     """Raise PayloadError (naming ``what``) unless ``text`` decodes back into ``cls``.
 
@@ -350,7 +304,7 @@ def check_decodes(cls: type, text: str, *, what: str) -> None:
 
 
 @cache
-def _plain_fields(
+def plain_fields(
     cls: type, skip: frozenset[str] = frozenset()
 ) -> tuple[tuple[str, tuple[type, ...]], ...] | None:
     """Per dataclass: each field (but ``skip``) with the types whose JSON decodes back into it

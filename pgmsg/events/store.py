@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from pgmsg.core import batch, conf, errors, libpq, payload_types, payloads, sql
+from pgmsg.core import batch, conf, errors, libpq, payload_types, payloads, sends, sql
 from pgmsg.core.ids import uuid7
 from pgmsg.events.names import category_of, is_type_name, validate_stream_name
 
@@ -368,7 +368,7 @@ def _insert(connection, params: dict, expected: int | None) -> int | None:
             libpq.uuid_array(params["ids"]),
             None if expected is None else str(expected),
         ]
-        return libpq.send_value(connection, conn, _APPEND_STATEMENT, values)
+        return sends.send_value(connection, conn, _APPEND_STATEMENT, values)
     with psycopg.Cursor(conn) as cursor:
         cursor.execute(QUERIES["append"], {**params, "expected": expected})
         return cursor.fetchone()[0]

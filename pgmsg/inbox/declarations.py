@@ -13,13 +13,13 @@ from django.core import checks
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
 
-from pgmsg.core import conf, errors, libpq, names, sql
+from pgmsg.core import conf, errors, names, sends, sql
 
 logger = logging.getLogger(__name__)
 
 QUERIES = sql.load(__package__, "inbox.sql")
 
-#: QUERIES["receive"] as libpq takes it (libpq.fetch_value): receive()'s parameters in order.
+#: QUERIES["receive"] as libpq takes it (sends.fetch_value): receive()'s parameters in order.
 _RECEIVE_STATEMENT = sql.numbered(
     QUERIES["receive"],
     ["inbox", "message_id", "type", "payload", "source", "aggregate_id", "trace_id"],
@@ -220,7 +220,7 @@ def receive(
     of the same id waits for the first transaction and then reports a duplicate.
     """
     name, row = _row(inbox, message_id, type, payload, source, aggregate_id, trace_id)
-    stored = libpq.fetch_value(
+    stored = sends.fetch_value(
         connections[using or conf.get().DATABASE],
         QUERIES["receive"],
         {"inbox": name, **row},

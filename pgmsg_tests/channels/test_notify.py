@@ -207,7 +207,7 @@ def test_notify_follows_a_new_connection():
 
 
 def test_after_its_first_send_notify_still_notices_what_changes_between_calls():
-    """notify() checks less once a connection has taken its libpq path (libpq._hot_value); it
+    """notify() checks less once a connection has taken its libpq path (sends._hot_value); it
     must still notice everything that can change from one call to the next. Each step first
     sends once more, so that it starts on that shorter path (PGMSG overridden leaves it)."""
     sent = []
@@ -404,17 +404,25 @@ def test_a_statement_the_session_already_has_is_run_by_name():
 
 @pytest.fixture
 def direct_sends(monkeypatch):
-    """The sends that took the libpq path (the real function, counted)."""
-    from pgmsg.core import libpq
+    """The sends that took the libpq path (the real functions, counted): the full path's
+    one_value, and the shorter one a connection takes once it has been through it."""
+    from pgmsg.core import libpq, sends
 
     calls = []
-    real = libpq.one_value
+    real, real_hot = libpq.one_value, sends._hot_value
 
     def counted(conn, statement, values, **options):
         calls.append(values[0])  # the channel
         return real(conn, statement, values, **options)
 
+    def counted_hot(db, hot, values, *statements):
+        value = real_hot(db, hot, values, *statements)
+        if value is not sends._NOT_SENT:
+            calls.append(values[0])
+        return value
+
     monkeypatch.setattr(libpq, "one_value", counted)
+    monkeypatch.setattr(sends, "_hot_value", counted_hot)
     return calls
 
 

@@ -4,7 +4,7 @@ import pytest
 from django.test import override_settings
 
 import pgmsg
-from pgmsg.core import errors, payloads
+from pgmsg.core import errors, payload_encoders, payloads
 from pgmsg.models import Notification, StoredEvent
 from pgmsg_tests.testapp.channels import Shout, Typed, Work
 from pgmsg_tests.testapp.events_handlers import Deposited, Step
@@ -111,8 +111,8 @@ def test_what_jsonb_cannot_hold_is_refused_on_the_plain_path_too(message):
 
 
 def test_the_plain_encoder_writes_what_dumps_writes_or_leaves_the_value_to_it():
-    """payloads.plain_encoder (notify()'s first try) gives dumps' exact text for a value whose
-    fields all hold their plain types, and None for anything else, which dumps and
+    """payload_encoders.plain_encoder (notify()'s first try) gives dumps' exact text for a
+    value whose fields all hold their plain types, and None for anything else, which dumps and
     dumps_checked then take with their errors: so a bad value still fails where it is sent."""
     import dataclasses
 
@@ -127,7 +127,7 @@ def test_the_plain_encoder_writes_what_dumps_writes_or_leaves_the_value_to_it():
     class Sub(Plain):
         pass
 
-    encode = payloads.plain_encoder(Plain)
+    encode = payload_encoders.plain_encoder(Plain)
     for value in (Plain(1), Plain(-5, 2.5, 'é " \\ \n', True), Plain(2**70, 1e300, None)):
         assert encode(value) == payloads.dumps(value)
     left = [
@@ -139,7 +139,7 @@ def test_the_plain_encoder_writes_what_dumps_writes_or_leaves_the_value_to_it():
         Sub(1),  # another class than the one asked for
     ]
     assert [encode(value) for value in left] == [None] * len(left)
-    assert payloads.plain_encoder(Typed)(None) is None  # a class with other field types
+    assert payload_encoders.plain_encoder(Typed)(None) is None  # a class with other field types
     with pytest.raises(errors.PayloadError, match="NUL"):
         pgmsg.notify(Work(key="a\x00b"))
     with pytest.raises(errors.PayloadError, match="is not"):

@@ -1,0 +1,192 @@
+"""Producers' one statement on Django's connection, below Django's cursor: notify()'s and the
+inbox's receive() (fetch_value), append()'s (send_value). Same session and transaction as
+Django's; core/libpq.py sends. Where fetch_value has found a connection fit once, later calls
+on it repeat only the checks that can change between calls (_hot_value)."""
+
+from __future__ import annotations
+
+from _thread import get_ident
+
+import psycopg
+from django.conf import settings as django_settings
+from django.db.backends.base.base import BaseDatabaseWrapper
+from psycopg import generators
+
+from pgmsg.core import conf, libpq, prepared
+
+_ROWS_OR_DONE = libpq.ROWS_OR_DONE
+_INTRANS, _IDLE, _PIPELINE_OFF = libpq.INTRANS, libpq.IDLE, libpq.PIPELINE_OFF
+
+
+def send_value(
+    db: BaseDatabaseWrapper,
+    conn: psycopg.Connection,
+    statement: bytes,
+    values: list[str | bytes | None],
+    *,
+    prepared_statement: bytes | None = None,
+) -> int | None:
+    """one_value on ``db``'s connection ``conn``: ``prepared_statement`` (or ``statement``)
+    prepared where prepared.prepares(db) says so, else ``statement`` as it is. Where a session
+    turns out to lack a statement inside a transaction, the error goes on, and this process
+    stops preparing on ``db`` (prepared.stop)."""
+    if not prepared.prepares(db):
+        return libpq.one_value(conn, statement, values)
+    try:
+        return libpq.one_value(conn, prepared_statement or statement, values, prepare=True)
+    except prepared.LOST:
+        prepared.stop(db)
+        db.__dict__.pop(_HOT, None)
+        raise
+
+
+def fetch_value(
+    db: BaseDatabaseWrapper,
+    query: str,
+    params: dict,
+    *,
+    libpq_statement: bytes | None = None,
+    prepared_statement: bytes | None = None,
+):
+    """Run one statement in ``db``'s current transaction and return its one value.
+
+    Straight on psycopg's cursor of Django's connection, or through libpq (one_value) when
+    ``libpq_statement`` is given (``query`` numbered by sql.numbered in ``params``'
+    order): the same session and transaction, so atomic blocks, savepoints and on_commit are
+    Django's as ever, with the checks Django's cursor makes first. Django's cursor wrapper
+    cost about as much client time as the insert itself (docs/wakeups.md), so it is used only
+    where someone watches it (watched).
+
+    Once a connection has taken that libpq path, later calls on it take _hot_value's shorter
+    one, which repeats only the checks whose answer can change between calls.
+    """
+    if libpq_statement is not None:
+        hot = db.__dict__.get(_HOT)
+        if hot is not None:
+            value = _hot_value(db, hot, list(params.values()), libpq_statement, prepared_statement)
+            if value is not _NOT_SENT:
+                return value
+    if libpq.watched(db):
+        with db.cursor() as cursor:
+            cursor.execute(query, params)
+            return cursor.fetchone()[0]
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    db.validate_no_broken_transaction()
+    with db.wrap_database_errors:
+        conn = db.connection
+        if libpq_statement is not None and libpq.can_send(conn):
+            values = list(params.values())
+            value = send_value(
+                db, conn, libpq_statement, values, prepared_statement=prepared_statement
+            )
+            prepares = prepared.prepares(db)
+            db.__dict__[_HOT] = (
+                conn,
+                conf.get(),
+                prepared.names_on(conn) if prepares else None,
+                conn.info.encoding,
+            )
+            return value
+        cursor = _cursor_of(db)
+        cursor.execute(query, params)
+        return cursor.fetchone()[0]
+
+
+#: Where fetch_value kept, in a Django connection's __dict__, what its libpq path found on
+#: that connection: (psycopg connection, pgmsg settings, the names of the statements prepared
+#: on it or None where pgmsg does not prepare there, its encoding).
+_HOT = "_pgmsg_hot"
+_NOT_SENT = object()
+
+
+def _hot_value(
+    db: BaseDatabaseWrapper,
+    hot: tuple,
+    values: list[str | bytes | None],
+    statement: bytes,
+    prepared_statement: bytes | None,
+):
+    """fetch_value's libpq path on a connection that has taken it before (``hot``), or
+    _NOT_SENT where anything fetch_value checks may have changed since: a connection closed or
+    replaced, PGMSG overridden, someone watching Django's cursor (an execute wrapper,
+    assertNumQueries, DEBUG), a health check due, a broken atomic block, a pipeline, a BEGIN
+    owed, or the statement not yet prepared on the connection. The checks that hold for the
+    connection's life are not repeated.
+
+    It exists for the cost of the checks themselves: in a producer whose process sleeps on
+    every round trip, each Python call runs from cold caches, and the full path's checks
+    cost notify() some 20 us of client CPU a call where a warm loop measures 5 (docs/wakeups.md)."""
+    conn, settings, names, encoding = hot
+    if (
+        conn is not db.connection
+        or settings is not conf.get()
+        or db.needs_rollback
+        or db.execute_wrappers
+        or db.force_debug_cursor
+        or django_settings.DEBUG
+        or (db.health_check_enabled and not db.health_check_done)
+    ):
+        return _NOT_SENT
+    if db.__dict__.get("_thread_ident") != get_ident():
+        db.validate_thread_sharing()  # raises unless the connection is shared on purpose
+    pgconn = conn.pgconn
+    status = pgconn.transaction_status
+    if pgconn.pipeline_status != _PIPELINE_OFF or not (
+        status == _INTRANS or (status == _IDLE and conn.autocommit)
+    ):
+        return _NOT_SENT
+    if names is not None:
+        name = prepared.name_of(prepared_statement or statement)
+        if name not in names:
+            return _NOT_SENT  # the full path prepares it
+    if bytes in map(type, values):
+        params = [v if v is None or type(v) is bytes else v.encode(encoding) for v in values]
+        formats = [1 if type(v) is bytes else 0 for v in values]
+    else:
+        params = [None if v is None else v.encode(encoding) for v in values]
+        formats = None
+    try:
+        with conn.lock:
+            if names is None:
+                pgconn.send_query_params(statement, params, param_formats=formats)
+            else:
+                pgconn.send_query_prepared(name, params, param_formats=formats)
+            results = conn.wait(generators.execute(pgconn))
+        for result in results:
+            if result.status not in _ROWS_OR_DONE:
+                raise psycopg.errors.error_from_result(result, encoding=encoding)
+    except prepared.LOST as lost:
+        # The session lost the statement: what one_value and send_value do (prepare anew
+        # and send where nothing ran; else the transaction is aborted and this process stops
+        # preparing on db).
+        prepared.forget(conn)
+        db.__dict__.pop(_HOT, None)
+        if status == _IDLE:
+            return _NOT_SENT
+        lost.add_note(prepared.POOLER_HINT)
+        prepared.stop(db)
+        with db.wrap_database_errors:
+            raise
+    except Exception:
+        with db.wrap_database_errors:
+            raise
+    value = results[-1].get_value(0, 0)
+    return None if value is None else int(value)
+
+
+def _cursor_of(db: BaseDatabaseWrapper):
+    """A psycopg cursor of ``db``'s current connection, made once per connection: making one
+    cost about as much client time as the rest of a send (measured here).
+
+    Django turns psycopg's prepared statements off unless its OPTIONS set
+    ``prepare_threshold`` (transaction-mode poolers before PgBouncer 1.21 lose them). Where
+    they are on, the cursor binds on the server, so psycopg prepares pgmsg_send() or
+    pgmsg_receive() like any statement (the server then skips its parse and plan); else it
+    binds on the client, as Django's own cursor does."""
+    return libpq.kept_cursor(
+        db,
+        "_pgmsg_cursor",
+        lambda c: psycopg.Cursor(c) if c.prepare_threshold is not None else c.cursor(),
+    )
