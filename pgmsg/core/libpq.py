@@ -65,9 +65,7 @@ def one_value(
     connection), the call is made again after preparing anew if no transaction was under way
     (nothing ran); inside one, the transaction is aborted and the error says so
     (prepared.POOLER_HINT)."""
-    encoding = conn.info.encoding
-    params = [v if v is None or type(v) is bytes else v.encode(encoding) for v in values]
-    formats = [1 if type(v) is bytes else 0 for v in values]
+    params, formats = encoded(values, conn.info.encoding)
     if not prepare:
         results = _run(
             conn, lambda pgconn: pgconn.send_query_params(statement, params, param_formats=formats)
@@ -89,7 +87,20 @@ def one_value(
     return None if value is None else int(value)
 
 
-def _run_prepared(conn, statement: bytes, params: list, formats: list[int]) -> list[PGresult]:
+def encoded(
+    values: list[str | bytes | None], encoding: str
+) -> tuple[list[bytes | None], list[int] | None]:
+    """one_value's parameters as libpq takes them: text encoded, bytes as they are (binary),
+    None as NULL; and their formats (None: all text)."""
+    if bytes in map(type, values):
+        params = [v if v is None or type(v) is bytes else v.encode(encoding) for v in values]
+        return params, [1 if type(v) is bytes else 0 for v in values]
+    return [None if v is None else v.encode(encoding) for v in values], None
+
+
+def _run_prepared(
+    conn, statement: bytes, params: list, formats: list[int] | None
+) -> list[PGresult]:
     try:
         name = prepare_once(conn, statement)
         return _run(

@@ -78,7 +78,7 @@ def names_on(conn: psycopg.Connection) -> set[bytes]:
 
 def forget(conn: psycopg.Connection) -> None:
     """``conn``'s server session lost its statements: prepare them anew (the set is emptied
-    in place, for the holders of it: libpq's fetch_value keeps it)."""
+    in place, for the holders of it: sends.fetch_value keeps it)."""
     names = _names.get(conn)
     if names is not None:
         names.clear()

@@ -141,12 +141,7 @@ def _hot_value(
         name = prepared.name_of(prepared_statement or statement)
         if name not in names:
             return _NOT_SENT  # the full path prepares it
-    if bytes in map(type, values):
-        params = [v if v is None or type(v) is bytes else v.encode(encoding) for v in values]
-        formats = [1 if type(v) is bytes else 0 for v in values]
-    else:
-        params = [None if v is None else v.encode(encoding) for v in values]
-        formats = None
+    params, formats = libpq.encoded(values, encoding)
     try:
         with conn.lock:
             if names is None:
