@@ -6,6 +6,7 @@ on it repeat only the checks that can change between calls (_hot_value)."""
 from __future__ import annotations
 
 from _thread import get_ident
+from collections.abc import Callable
 
 import psycopg
 from django.conf import settings as django_settings
@@ -29,15 +30,41 @@ def send_value(
     """one_value on ``db``'s connection ``conn``: ``prepared_statement`` (or ``statement``)
     prepared where prepared.prepares(db) says so, else ``statement`` as it is. Where a session
     turns out to lack a statement inside a transaction, the error goes on, and this process
-    stops preparing on ``db`` (prepared.stop)."""
-    if not prepared.prepares(db):
-        return libpq.one_value(conn, statement, values)
-    try:
-        return libpq.one_value(conn, prepared_statement or statement, values, prepare=True)
-    except prepared.LOST:
-        prepared.stop(db)
-        db.__dict__.pop(_HOT, None)
-        raise
+    stops preparing on ``db`` (prepared.stop).
+
+    The caller has made the full checks (fetch_value's); once a send has gone through, the
+    connection is kept fit for the shorter path of later calls (_hot_value)."""
+    prepares = prepared.prepares(db)
+    if not prepares:
+        value = libpq.one_value(conn, statement, values)
+    else:
+        try:
+            value = libpq.one_value(conn, prepared_statement or statement, values, prepare=True)
+        except prepared.LOST:
+            prepared.stop(db)
+            db.__dict__.pop(_HOT, None)
+            raise
+    db.__dict__[_HOT] = (
+        conn,
+        conf.get(),
+        prepared.names_on(conn) if prepares else None,
+        conn.info.encoding,
+    )
+    return value
+
+
+def kept_send(
+    db: BaseDatabaseWrapper,
+    statement: bytes,
+    values_for: Callable[[str], list[str | bytes | None]],
+):
+    """send_value's shorter path (_hot_value) for ``statement``, its values made by
+    ``values_for(the connection's encoding)``, on a connection that send_value has sent on
+    before; NOT_SENT where there is none, or where the caller's full path must run."""
+    hot = db.__dict__.get(_HOT)
+    if hot is None:
+        return NOT_SENT
+    return _hot_value(db, hot, values_for(hot[3]), statement, None)
 
 
 def fetch_value(
@@ -64,7 +91,7 @@ def fetch_value(
         hot = db.__dict__.get(_HOT)
         if hot is not None:
             value = _hot_value(db, hot, list(params.values()), libpq_statement, prepared_statement)
-            if value is not _NOT_SENT:
+            if value is not NOT_SENT:
                 return value
     if libpq.watched(db):
         with db.cursor() as cursor:
@@ -78,27 +105,20 @@ def fetch_value(
         conn = db.connection
         if libpq_statement is not None and libpq.can_send(conn):
             values = list(params.values())
-            value = send_value(
+            return send_value(
                 db, conn, libpq_statement, values, prepared_statement=prepared_statement
             )
-            prepares = prepared.prepares(db)
-            db.__dict__[_HOT] = (
-                conn,
-                conf.get(),
-                prepared.names_on(conn) if prepares else None,
-                conn.info.encoding,
-            )
-            return value
         cursor = _cursor_of(db)
         cursor.execute(query, params)
         return cursor.fetchone()[0]
 
 
-#: Where fetch_value kept, in a Django connection's __dict__, what its libpq path found on
+#: Where send_value kept, in a Django connection's __dict__, what its libpq path found on
 #: that connection: (psycopg connection, pgmsg settings, the names of the statements prepared
 #: on it or None where pgmsg does not prepare there, its encoding).
 _HOT = "_pgmsg_hot"
-_NOT_SENT = object()
+#: What the shorter path returns where the full one must run.
+NOT_SENT = object()
 
 
 def _hot_value(
@@ -109,7 +129,7 @@ def _hot_value(
     prepared_statement: bytes | None,
 ):
     """fetch_value's libpq path on a connection that has taken it before (``hot``), or
-    _NOT_SENT where anything fetch_value checks may have changed since: a connection closed or
+    NOT_SENT where anything fetch_value checks may have changed since: a connection closed or
     replaced, PGMSG overridden, someone watching Django's cursor (an execute wrapper,
     assertNumQueries, DEBUG), a health check due, a broken atomic block, a pipeline, a BEGIN
     owed, or the statement not yet prepared on the connection. The checks that hold for the
@@ -128,7 +148,7 @@ def _hot_value(
         or django_settings.DEBUG
         or (db.health_check_enabled and not db.health_check_done)
     ):
-        return _NOT_SENT
+        return NOT_SENT
     if db.__dict__.get("_thread_ident") != get_ident():
         db.validate_thread_sharing()  # raises unless the connection is shared on purpose
     pgconn = conn.pgconn
@@ -136,11 +156,11 @@ def _hot_value(
     if pgconn.pipeline_status != _PIPELINE_OFF or not (
         status == _INTRANS or (status == _IDLE and conn.autocommit)
     ):
-        return _NOT_SENT
+        return NOT_SENT
     if names is not None:
         name = prepared.name_of(prepared_statement or statement)
         if name not in names:
-            return _NOT_SENT  # the full path prepares it
+            return NOT_SENT  # the full path prepares it
     params, formats = libpq.encoded(values, encoding)
     try:
         with conn.lock:
@@ -159,7 +179,7 @@ def _hot_value(
         prepared.forget(conn)
         db.__dict__.pop(_HOT, None)
         if status == _IDLE:
-            return _NOT_SENT
+            return NOT_SENT
         lost.add_note(prepared.POOLER_HINT)
         prepared.stop(db)
         with db.wrap_database_errors:

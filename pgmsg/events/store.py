@@ -352,26 +352,42 @@ def _insert(connection, params: dict, expected: int | None) -> int | None:
 
     On Django's connection (same session, same transaction), below Django's cursor, the arrays
     as binary parameters: quoted into the text element by element they were a third of the
-    Python time of a 100-event append. Through libpq as notify() is sent (libpq.one_value:
+    Python time of a 100-event append. Through libpq as notify() is sent (sends.send_value:
     psycopg's cursor and its array dumpers took about 60 us of a one-event append's 170 us
-    of client CPU), else through a psycopg cursor that binds on the server (libpq.watched)."""
+    of client CPU), and on a connection that went that way before, through its shorter path
+    (sends.kept_send), which repeats only the checks that can change between calls; else
+    through a psycopg cursor that binds on the server (libpq.watched)."""
+    version = sends.kept_send(
+        connection, _APPEND_STATEMENT, lambda encoding: _values(params, expected, encoding)
+    )
+    if version is not sends.NOT_SENT:
+        return version
+    # The checks Django's cursor would make (as sends.fetch_value's full path).
+    connection.close_if_health_check_failed()
     connection.ensure_connection()
+    connection.validate_thread_sharing()
+    connection.validate_no_broken_transaction()
     conn = connection.connection
     if not libpq.watched(connection) and libpq.can_send(conn):
-        encoding = conn.info.encoding
-        values = [
-            params["stream"],
-            params["category"],
-            libpq.text_array(params["types"], encoding),
-            libpq.text_array(params["data"], encoding),
-            libpq.text_array(params["metadata"], encoding),
-            libpq.uuid_array(params["ids"]),
-            None if expected is None else str(expected),
-        ]
-        return sends.send_value(connection, conn, _APPEND_STATEMENT, values)
+        values = _values(params, expected, conn.info.encoding)
+        with connection.wrap_database_errors:
+            return sends.send_value(connection, conn, _APPEND_STATEMENT, values)
     with psycopg.Cursor(conn) as cursor:
         cursor.execute(QUERIES["append"], {**params, "expected": expected})
         return cursor.fetchone()[0]
+
+
+def _values(params: dict, expected: int | None, encoding: str) -> list[str | bytes | None]:
+    """_APPEND_STATEMENT's parameters as libpq takes them (the arrays binary)."""
+    return [
+        params["stream"],
+        params["category"],
+        libpq.text_array(params["types"], encoding),
+        libpq.text_array(params["data"], encoding),
+        libpq.text_array(params["metadata"], encoding),
+        libpq.uuid_array(params["ids"]),
+        None if expected is None else str(expected),
+    ]
 
 
 def _check_expected(expected: Any) -> int | Expect:

@@ -417,7 +417,7 @@ def direct_sends(monkeypatch):
 
     def counted_hot(db, hot, values, *statements):
         value = real_hot(db, hot, values, *statements)
-        if value is not sends._NOT_SENT:
+        if value is not sends.NOT_SENT:
             calls.append(values[0])
         return value
 

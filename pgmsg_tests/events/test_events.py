@@ -4,6 +4,7 @@ read_all() returns events once every older transaction *in the cluster* has ende
 sessions on the shared test server may delay that, so tests wait for what must appear.
 """
 
+import threading
 import uuid
 from decimal import Decimal
 
@@ -379,3 +380,93 @@ def test_append_inside_an_execute_wrapper_goes_through_psycopgs_cursor(monkeypat
     assert len(sent_by_libpq) == 1
     stored = StoredEvent.objects.filter(stream_name="wrapped-1").order_by("version")
     assert [event.data["owner"] for event in stored] == ["o", "p", "q"]
+
+
+@pytest.fixture
+def libpq_appends(monkeypatch):
+    """The appends that went through libpq (the real functions, counted as (path, stream)):
+    the full path's one_value, and the shorter one a connection takes once it has been
+    through it."""
+    from pgmsg.core import libpq, sends
+
+    calls = []
+    real, real_hot = libpq.one_value, sends._hot_value
+
+    def counted(conn, statement, values, **options):
+        calls.append(("full", values[0]))
+        return real(conn, statement, values, **options)
+
+    def counted_hot(db, hot, values, *statements):
+        value = real_hot(db, hot, values, *statements)
+        if value is not sends.NOT_SENT:
+            calls.append(("kept", values[0]))
+        return value
+
+    monkeypatch.setattr(libpq, "one_value", counted)
+    monkeypatch.setattr(sends, "_hot_value", counted_hot)
+    return calls
+
+
+def test_after_its_first_append_the_shorter_path_still_notices_what_changes_between_calls(
+    libpq_appends,
+):
+    """append() checks less once its connection has sent through libpq (sends.kept_send); it
+    must still notice everything that can change from one call to the next, and keep its
+    answers: a retried append, a version mismatch, a duplicate id, a rollback."""
+    from django.db import DatabaseError, connections
+    from django.db.transaction import TransactionManagementError
+    from django.test import override_settings
+    from django.test.utils import CaptureQueriesContext
+
+    assert pgmsg.append("kept-1", Opened(owner="first")) == 1
+    retried = Opened(owner="second")
+    assert pgmsg.append("kept-1", retried) == 2
+    assert libpq_appends == [("full", "kept-1"), ("kept", "kept-1")]
+    # Answers that need the stream locked, from the shorter path's IntegrityError or None.
+    assert pgmsg.append("kept-1", retried) == 2
+    with pytest.raises(errors.DuplicateMessageId):
+        pgmsg.append("kept-1", [Opened(owner="new"), retried])
+    with pytest.raises(errors.ConcurrencyError):
+        pgmsg.append("kept-1", Opened(owner="stale"), expected_version=1)
+    assert pgmsg.append("kept-1", Opened(owner="third"), expected_version=2) == 3
+    del libpq_appends[:]
+    with connection.execute_wrapper(lambda execute, *args: execute(*args)):
+        assert pgmsg.append("kept-1", Opened(owner="wrapped")) == 4
+    with CaptureQueriesContext(connection):
+        assert pgmsg.append("kept-1", Opened(owner="captured")) == 5
+    with override_settings(PGMSG={"SEND_THROUGH_DJANGO_CURSOR": True}):
+        assert pgmsg.append("kept-1", Opened(owner="through django")) == 6
+    assert libpq_appends == []
+    assert pgmsg.append("kept-1", Opened(owner="warm")) == 7
+    with transaction.atomic():
+        pgmsg.append("kept-1", Opened(owner="rolled back"))
+        with pytest.raises(RuntimeError), transaction.atomic(savepoint=False):
+            raise RuntimeError
+        with pytest.raises(TransactionManagementError):
+            pgmsg.append("kept-1", Opened(owner="broken block"))
+    own, refused = connections["default"], []
+
+    def in_another_thread():
+        connections["default"] = own
+        try:
+            pgmsg.append("kept-1", Opened(owner="other thread"))
+        except DatabaseError as exc:
+            refused.append(exc)
+
+    thread = threading.Thread(target=in_another_thread)
+    thread.start()
+    thread.join()
+    assert refused and "thread" in str(refused[0])
+    assert pgmsg.append("kept-1", Opened(owner="warm")) == 8
+    connection.close()
+    assert pgmsg.append("kept-1", Opened(owner="new connection")) == 9
+    connection.connection.execute("DEALLOCATE ALL")  # behind pgmsg's back, in autocommit
+    assert pgmsg.append("kept-1", Opened(owner="prepared anew")) == 10
+    # warm after PGMSG was overridden: full; the rolled back one (in the block's savepoint) and
+    # the warm one after the thread: kept; a new connection, and statements gone: full.
+    assert [path for path, _ in libpq_appends] == ["full", "kept", "kept", "full", "full"]
+    stored = StoredEvent.objects.filter(stream_name="kept-1").order_by("version")
+    assert [event.data["owner"] for event in stored] == [
+        "first", "second", "third", "wrapped", "captured", "through django", "warm", "warm",
+        "new connection", "prepared anew",
+    ]  # fmt: skip
