@@ -28,15 +28,18 @@ def validate_stream_name(stream: Any) -> str:
             f"invalid stream name {stream!r}: use '<category>-<id>', e.g. 'account-123'"
         )
     category, ident = stream.split("-", 1)
-    validate_category(category, stream=stream)
+    # Every append passes here: the messages (reprs) are made only for a name that fails.
+    if not _CATEGORY_RE.match(category) or len(category.encode()) > MAX_CATEGORY_LENGTH:
+        validate_category(category, stream=stream)  # raises, saying which
     if not _STREAM_ID_RE.match(ident):
         raise errors.InvalidStreamName(
             f"invalid stream name {stream!r}: the id after the first '-' must be non-empty "
             "letters, digits or _.:@+=~-"
         )
-    names.check_length(
-        stream, MAX_STREAM_NAME_LENGTH, errors.InvalidStreamName, f"stream name {stream!r}"
-    )
+    if len(stream.encode()) > MAX_STREAM_NAME_LENGTH:
+        names.check_length(
+            stream, MAX_STREAM_NAME_LENGTH, errors.InvalidStreamName, f"stream name {stream!r}"
+        )
     return stream
 
 
