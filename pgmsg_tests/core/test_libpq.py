@@ -398,7 +398,9 @@ def test_append_and_receive_are_prepared_once_per_connection_unless_told_not_to(
     with override_settings(PGMSG={"PREPARE_STATEMENTS": False}):
         connection.close()
         pgmsg.append("prepared-0", Step(n=0))
+        pgmsg.append("prepared-0", Step(n=1))  # the kept connection's shorter path
         pgmsg.receive("test.inbox", "prepared-0", type="work", payload={})
+        pgmsg.receive("test.inbox", "prepared-00", type="work", payload={})
         assert prepared() == {}
     connection.close()
     for n in range(1, 4):
