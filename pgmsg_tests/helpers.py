@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
+from collections.abc import Callable
 
-from django.db import connection
+from django.db import DatabaseError, connection, connections
 
 from pgmsg.core.worker import Worker
 from pgmsg.models import Notification, NotificationDeadLetter
@@ -103,3 +105,21 @@ def claims_on_record() -> list[tuple[str, list[int], str]]:
             "ORDER BY id"
         )
         return cursor.fetchall()
+
+
+def refused_in_another_thread(call: Callable[[], object]) -> list[DatabaseError]:
+    """Run ``call`` in another thread, handed this thread's default connection (as a careless
+    caller could: Django's connections are per thread); the errors it raised there."""
+    own, refused = connections["default"], []
+
+    def in_another_thread():
+        connections["default"] = own
+        try:
+            call()
+        except DatabaseError as exc:
+            refused.append(exc)
+
+    thread = threading.Thread(target=in_another_thread)
+    thread.start()
+    thread.join()
+    return refused

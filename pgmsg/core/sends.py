@@ -1,7 +1,7 @@
 """Producers' one statement on Django's connection, below Django's cursor: notify()'s and the
-inbox's receive() (fetch_value), append()'s (send_value). Same session and transaction as
-Django's; core/libpq.py sends. Where fetch_value has found a connection fit once, later calls
-on it repeat only the checks that can change between calls (_hot_value)."""
+inbox's receive() (fetch_value), append()'s (send_value, kept_send). Same session and
+transaction as Django's; core/libpq.py sends. Once send_value has sent on a connection, later
+calls on it repeat only the checks that can change between calls (_hot_value)."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def _hot_value(
     statement: bytes,
     prepared_statement: bytes | None,
 ):
-    """fetch_value's libpq path on a connection that has taken it before (``hot``), or
+    """send_value's libpq path on a connection that has taken it before (``hot``), or
     NOT_SENT where anything fetch_value checks may have changed since: a connection closed or
     replaced, PGMSG overridden, someone watching Django's cursor (an execute wrapper,
     assertNumQueries, DEBUG), a health check due, a broken atomic block, a pipeline, a BEGIN

@@ -1,13 +1,12 @@
 """notify() in the caller's transaction; delivery to listeners by an in-process worker."""
 
 import datetime as dt
-import threading
 import uuid
 from decimal import Decimal
 
 import psycopg
 import pytest
-from django.db import DatabaseError, InternalError, connection, connections, transaction
+from django.db import InternalError, connection, transaction
 from django.db.backends.utils import CursorWrapper
 from django.db.transaction import TransactionManagementError
 from django.test import override_settings
@@ -16,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 import pgmsg
 from pgmsg.core import errors
 from pgmsg.models import Notification
-from pgmsg_tests.helpers import drain, effect_counts
+from pgmsg_tests.helpers import drain, effect_counts, refused_in_another_thread
 from pgmsg_tests.testapp.channels import Colour, Shout, Typed, Unheard, Work
 from pgmsg_tests.testapp.models import Effect
 
@@ -246,18 +245,7 @@ def test_after_its_first_send_notify_still_notices_what_changes_between_calls():
     send("warm")
     # Django's connections are per thread; one handed to another thread (as a careless
     # caller could) must still be refused there.
-    own, refused = connections["default"], []
-
-    def in_another_thread():
-        connections["default"] = own
-        try:
-            pgmsg.notify(Work(key="other thread"))
-        except DatabaseError as exc:
-            refused.append(exc)
-
-    thread = threading.Thread(target=in_another_thread)
-    thread.start()
-    thread.join()
+    refused = refused_in_another_thread(lambda: pgmsg.notify(Work(key="other thread")))
     assert refused and "thread" in str(refused[0])
     send("warm")
     connection.close()

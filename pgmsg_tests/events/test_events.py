@@ -4,7 +4,6 @@ read_all() returns events once every older transaction *in the cluster* has ende
 sessions on the shared test server may delay that, so tests wait for what must appear.
 """
 
-import threading
 import uuid
 from decimal import Decimal
 
@@ -17,6 +16,7 @@ from pgmsg.events import reads
 from pgmsg.events import store as events
 from pgmsg.models import StoredEvent, Stream
 from pgmsg_tests.conftest import wait_for
+from pgmsg_tests.helpers import refused_in_another_thread
 from pgmsg_tests.testapp.events_handlers import Deposited, Opened, Step, Withdrawn
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -413,7 +413,6 @@ def test_after_its_first_append_the_shorter_path_still_notices_what_changes_betw
     """append() checks less once its connection has sent through libpq (sends.kept_send); it
     must still notice everything that can change from one call to the next, and keep its
     answers: a retried append, a version mismatch, a duplicate id, a rollback."""
-    from django.db import DatabaseError, connections
     from django.db.transaction import TransactionManagementError
     from django.test import override_settings
     from django.test.utils import CaptureQueriesContext
@@ -444,18 +443,7 @@ def test_after_its_first_append_the_shorter_path_still_notices_what_changes_betw
             raise RuntimeError
         with pytest.raises(TransactionManagementError):
             pgmsg.append("kept-1", Opened(owner="broken block"))
-    own, refused = connections["default"], []
-
-    def in_another_thread():
-        connections["default"] = own
-        try:
-            pgmsg.append("kept-1", Opened(owner="other thread"))
-        except DatabaseError as exc:
-            refused.append(exc)
-
-    thread = threading.Thread(target=in_another_thread)
-    thread.start()
-    thread.join()
+    refused = refused_in_another_thread(lambda: pgmsg.append("kept-1", Opened(owner="thread")))
     assert refused and "thread" in str(refused[0])
     assert pgmsg.append("kept-1", Opened(owner="warm")) == 8
     connection.close()
