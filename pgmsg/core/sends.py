@@ -57,14 +57,27 @@ def kept_send(
     db: BaseDatabaseWrapper,
     statement: bytes,
     values_for: Callable[[str], list[str | bytes | None]],
+    *,
+    prepared_statement: bytes | None = None,
 ):
-    """send_value's shorter path (_hot_value) for ``statement``, its values made by
-    ``values_for(the connection's encoding)``, on a connection that send_value has sent on
-    before; NOT_SENT where there is none, or where the caller's full path must run."""
+    """send_value's shorter path (_hot_value) for ``statement`` (or ``prepared_statement``),
+    its values made by ``values_for(the connection's encoding)``, on a connection that
+    send_value has sent on before; NOT_SENT where there is none, or where the caller's full
+    path must run."""
     hot = db.__dict__.get(_HOT)
     if hot is None:
         return NOT_SENT
-    return _hot_value(db, hot, values_for(hot[3]), statement, None)
+    return _hot_value(db, hot, values_for(hot[3]), statement, prepared_statement)
+
+
+def cursor_checks(db: BaseDatabaseWrapper) -> None:
+    """The checks Django's cursor makes before a statement, for a send that goes below it: a
+    health check due, the connection (made if needed), the owning thread, a broken atomic
+    block."""
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    db.validate_no_broken_transaction()
 
 
 def fetch_value(
@@ -88,19 +101,19 @@ def fetch_value(
     one, which repeats only the checks whose answer can change between calls.
     """
     if libpq_statement is not None:
-        hot = db.__dict__.get(_HOT)
-        if hot is not None:
-            value = _hot_value(db, hot, list(params.values()), libpq_statement, prepared_statement)
-            if value is not NOT_SENT:
-                return value
+        value = kept_send(
+            db,
+            libpq_statement,
+            lambda _encoding: list(params.values()),
+            prepared_statement=prepared_statement,
+        )
+        if value is not NOT_SENT:
+            return value
     if libpq.watched(db):
         with db.cursor() as cursor:
             cursor.execute(query, params)
             return cursor.fetchone()[0]
-    db.close_if_health_check_failed()
-    db.ensure_connection()
-    db.validate_thread_sharing()
-    db.validate_no_broken_transaction()
+    cursor_checks(db)
     with db.wrap_database_errors:
         conn = db.connection
         if libpq_statement is not None and libpq.can_send(conn):

@@ -362,11 +362,7 @@ def _insert(connection, params: dict, expected: int | None) -> int | None:
     )
     if version is not sends.NOT_SENT:
         return version
-    # The checks Django's cursor would make (as sends.fetch_value's full path).
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
-    connection.validate_no_broken_transaction()
+    sends.cursor_checks(connection)
     conn = connection.connection
     if not libpq.watched(connection) and libpq.can_send(conn):
         values = _values(params, expected, conn.info.encoding)
