@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck wheel-check matrix bench install clean
+.PHONY: demo test test-fast lint typecheck wheel-check matrix bench install clean
 
 $(BIN)/.installed: setup.cfg pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,6 +18,11 @@ demo: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# The loop to run while working: all but Spark, the browser and the tests that start worker
+# processes (markers in pyproject.toml; pgmsg_tests/test_markers.py keeps them marked).
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not spark and not browser and not processes"
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -113,7 +113,7 @@ def baseline(out: Path) -> tuple[int, float]:
 
 def read_only(spark, work: Path, parts: int) -> tuple[int, float]:
     from pgmsg import export
-    from pgmsg.export.source import FORMAT
+    from pgmsg.export.spark_source import FORMAT
 
     [table_plan] = export.plan(
         str(work), tables=["events"], partitions=parts, partition_by="none", full=True

@@ -6,7 +6,7 @@ worktree of the commit before a change), and one where a raw psycopg process LIS
 SELECTs (the ceiling, as in bench/events.py). Each event goes 20 ms after the one before, so
 each database gets one every 60 ms, and all three meet the same moments of a noisy machine:
 a single run of ``bench/events.py --only lag`` per tree, one after the other, moved by more
-than the changes being measured (docs/benchmarks.md, twenty-third pass).
+than the changes being measured (docs/decisions.md, "Handlers run while the claim record commits").
 
     python bench/lag_ab.py --base /tmp/wt-old [--count 300] [--gap 0.02]
 

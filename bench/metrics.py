@@ -50,7 +50,7 @@ def child(mode: str, n: int) -> None:
         sys.modules["prometheus_client"] = None  # type: ignore[assignment]  # ImportError
     common.django_setup(os.environ["DATABASE_URL"], "bench.settings", migrate=False)
     from bench import drain
-    from pgmsg.core import metrics
+    from pgmsg.core import instruments as metrics
 
     created = None
     if mode == "multiprocess":

@@ -89,7 +89,7 @@ def main() -> None:
     import pgmsg
     from bench.benchapp.listeners import Tick
     from pgmsg.channels import sending
-    from pgmsg.core import libpq
+    from pgmsg.core.wire import protocol
 
     raw = psycopg.connect(url, autocommit=True)  # prepares a statement on its 5th use
     raw.execute(SCHEMA)
@@ -116,15 +116,15 @@ def main() -> None:
         return f"SELECT {function}(%(channel)s, %(payload)s)"
 
     def libpq_send() -> None:
-        libpq.one_value(unprepared, sending._SEND_STATEMENT, [params["channel"], payload])
+        protocol.one_value(unprepared, sending._SEND.libpq, [params["channel"], payload])
 
     def libpq_send_prepared() -> None:
         values = [params["channel"], payload]
-        libpq.one_value(unprepared, sending._SEND_PREPARED, values, prepare=True)
+        protocol.one_value(unprepared, sending._SEND.prepared, values, prepare=True)
 
     def unprepared_settings():
         # PREPARE_STATEMENTS off for the variant's calls, set around them (not per call: a
-        # settings change makes notify() check its connection afresh, sends.fetch_value).
+        # settings change makes notify() check its connection afresh, wire.send).
         from django.conf import settings
         from django.test import override_settings
 

@@ -243,7 +243,8 @@ def relay_rate_and_latency(
     from django.db import connection, transaction
 
     import pgmsg
-    from pgmsg.outbox import declarations, logical, slots
+    from pgmsg.outbox import declarations, slots
+    from pgmsg.outbox import logical_source as logical
     from pgmsg_tests.testapp import logical_outboxes
 
     logical_mode = capture == "logical"
@@ -332,6 +333,7 @@ def _publish_untyped_many(outbox: str, kind: str, bodies: list[dict]) -> None:
     """N rows in one statement (publish_many takes typed messages; this is its SQL)."""
     from django.db import connection
 
+    from pgmsg.core import locks
     from pgmsg.outbox import declarations
 
     spec = declarations.registry.get(outbox)
@@ -340,6 +342,7 @@ def _publish_untyped_many(outbox: str, kind: str, bodies: list[dict]) -> None:
             declarations.QUERIES["publish_many"],
             {
                 "outbox": outbox,
+                "lock_space": locks.OUTBOX,
                 "destination": spec.destination,
                 "message_ids": [str(uuid.uuid4()) for _ in bodies],
                 "topics": [TOPICS[kind]] * len(bodies),

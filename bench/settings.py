@@ -6,8 +6,12 @@ from pgmsg_tests.settings import *  # noqa: F403
 
 INSTALLED_APPS = [*INSTALLED_APPS, "bench.benchapp"]  # noqa: F405
 LOGGING = {"version": 1, "disable_existing_loggers": False}
-# The documented defaults, and the brokers of this machine (from the test settings).
-PGMSG = {"OUTBOX_DESTINATIONS": OUTBOX_DESTINATIONS}  # noqa: F405
+# The documented defaults, and the brokers of this machine (from the test settings) with the
+# webhook destination's secret (without it, manage.py check stops every listen: pgmsg.E501).
+PGMSG = {
+    "OUTBOX_DESTINATIONS": OUTBOX_DESTINATIONS,  # noqa: F405
+    "OUTBOX_HTTP_SECRETS": PGMSG["OUTBOX_HTTP_SECRETS"],  # noqa: F405
+}
 # BENCH_PREPARE_THRESHOLD=5: Django's OPTIONS prepare_threshold (psycopg's prepared statements,
 # off by default in Django), to measure notify() with them (bench/notify_cost.py).
 if os.environ.get("BENCH_PREPARE_THRESHOLD"):
@@ -18,3 +22,9 @@ if os.environ.get("BENCH_PREPARE_THRESHOLD"):
 # looking before it declares itself idle), to measure what lingering costs a worker.
 if os.environ.get("BENCH_IDLE_AFTER"):
     PGMSG["IDLE_AFTER"] = float(os.environ["BENCH_IDLE_AFTER"])
+# BENCH_BRIDGES: PGMSG INBOX_BRIDGES (a JSON object) for the listen processes of
+# bench/bridges.py.
+if os.environ.get("BENCH_BRIDGES"):
+    import json
+
+    PGMSG["INBOX_BRIDGES"] = json.loads(os.environ["BENCH_BRIDGES"])

@@ -1,4 +1,10 @@
 from django.contrib import admin
 from django.urls import path
 
-urlpatterns = [path("admin/", admin.site.urls)]
+from example_project.shop import live
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("live/", live.page),
+    path("live/orders", live.order_feed),
+]

@@ -11,22 +11,40 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports on first use
+    from pgmsg import live
     from pgmsg.channels.deadletters import dead_letters, discard, replay
     from pgmsg.channels.declarations import BROADCAST, EXACTLY_ONCE, Channel, listener
-    from pgmsg.channels.sending import notify, notify_many
+    from pgmsg.channels.sending import anotify, anotify_many, notify, notify_many
     from pgmsg.channels.triggers import ChannelTrigger, RowChange
     from pgmsg.core import errors
     from pgmsg.core.batch import current_delivery
     from pgmsg.core.worker import Worker
     from pgmsg.events.aggregates import Aggregate, Repository
-    from pgmsg.events.reads import read_all, read_stream
-    from pgmsg.events.store import ANY, NO_STREAM, START, Checkpoint, Event, RecordedEvent, append
+    from pgmsg.events.reads import aread_all, aread_stream, read_all, read_stream
+    from pgmsg.events.store import (
+        ANY,
+        NO_STREAM,
+        START,
+        Checkpoint,
+        Event,
+        RecordedEvent,
+        aappend,
+        append,
+    )
     from pgmsg.events.subscriptions import Subscription
     from pgmsg.export import export_tables
-    from pgmsg.inbox.declarations import Inbox, InboxMessage, inbox_handler, receive, receive_many
+    from pgmsg.inbox.declarations import (
+        Inbox,
+        InboxMessage,
+        areceive,
+        areceive_many,
+        inbox_handler,
+        receive,
+        receive_many,
+    )
     from pgmsg.inbox.model_inbox import ModelInbox
     from pgmsg.inbox.operations import inbox_health
-    from pgmsg.outbox.declarations import Outbox, publish, publish_many
+    from pgmsg.outbox.declarations import Outbox, apublish, apublish_many, publish, publish_many
     from pgmsg.outbox.operations import outbox_health
 
 _EXPORTS = {
@@ -49,7 +67,16 @@ _EXPORTS = {
     "START": "pgmsg.events.store",
     "Subscription": "pgmsg.events.subscriptions",
     "Worker": "pgmsg.core.worker",
+    "aappend": "pgmsg.events.store",
+    "anotify": "pgmsg.channels.sending",
+    "anotify_many": "pgmsg.channels.sending",
     "append": "pgmsg.events.store",
+    "apublish": "pgmsg.outbox.declarations",
+    "apublish_many": "pgmsg.outbox.declarations",
+    "aread_all": "pgmsg.events.reads",
+    "aread_stream": "pgmsg.events.reads",
+    "areceive": "pgmsg.inbox.declarations",
+    "areceive_many": "pgmsg.inbox.declarations",
     "current_delivery": "pgmsg.core.batch",
     "dead_letters": "pgmsg.channels.deadletters",
     "discard": "pgmsg.channels.deadletters",
@@ -89,7 +116,16 @@ __all__ = [
     "START",
     "Subscription",
     "Worker",
+    "aappend",
+    "anotify",
+    "anotify_many",
     "append",
+    "apublish",
+    "apublish_many",
+    "aread_all",
+    "aread_stream",
+    "areceive",
+    "areceive_many",
     "current_delivery",
     "dead_letters",
     "discard",
@@ -98,6 +134,7 @@ __all__ = [
     "inbox_handler",
     "inbox_health",
     "listener",
+    "live",
     "notify",
     "notify_many",
     "outbox_health",
@@ -111,9 +148,14 @@ __all__ = [
 ]
 
 
+#: Modules re-exported as attributes: ``pgmsg.errors``, and ``pgmsg.live`` (the live endpoint,
+#: docs/live.md), imported on first use.
+_MODULES = {"errors": "pgmsg.core.errors", "live": "pgmsg.live"}
+
+
 def __getattr__(name: str) -> Any:
-    if name == "errors":
-        return importlib.import_module("pgmsg.core.errors")
+    if name in _MODULES:
+        return importlib.import_module(_MODULES[name])
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'pgmsg' has no attribute {name!r}")

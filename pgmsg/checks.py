@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+
 from django.conf import settings
 from django.core import checks
 from django.db import connections
 
 from pgmsg.channels import declarations as channels
-from pgmsg.core import conf, errors
+from pgmsg.core import conf, errors, schema
 from pgmsg.inbox import declarations as inboxes
-from pgmsg.inbox import model_inbox
+from pgmsg.inbox import (
+    model_inbox,
+    webhooks,  # noqa: F401  (registers check_webhooks)
+)
 
 
 @checks.register(checks.Tags.database, checks.Tags.compatibility)
@@ -36,6 +41,71 @@ def check_database(app_configs=None, **kwargs):
             )
         ]
     return []
+
+
+@checks.register(checks.Tags.database)
+def check_migrated(app_configs=None, databases=None, **kwargs):
+    """pgmsg's migrations unapplied on PGMSG["DATABASE"]: notify() and the workers would fail
+    on missing functions and tables.
+
+    Django passes ``databases`` only from ``check --database`` and ``migrate``; a plain
+    ``manage.py check`` (and a command's own checks: ``listen``, ``runserver``) passes None,
+    and is answered for PGMSG["DATABASE"] too, since that is where the question was asked
+    (issue 44). ``migrate``'s own checks are left alone: it is about to apply them. An
+    unreachable database gives no message here: what connects next reports it."""
+    try:
+        alias = conf.get().DATABASE
+    except errors.ConfigurationError:
+        return []  # reported by check_settings
+    if alias not in settings.DATABASES or (databases is not None and alias not in databases):
+        return []
+    if connections[alias].vendor != "postgresql" or _running_migrate():
+        return []
+    missing = schema.unapplied(alias)
+    if not missing:
+        return []
+    return [
+        checks.Error(
+            schema.describe(alias, missing),
+            hint=f"{schema.HINT}"
+            + ("" if alias == "default" else f" --database {alias}")
+            + " (pgmsg's tables and functions do not exist there yet)",
+            id="pgmsg.E010",
+        )
+    ]
+
+
+def _running_migrate() -> bool:
+    """Whether these checks are a migration command's (a caller up the stack is one): those
+    must run on a database that is not migrated yet (``migrate`` applies what this check
+    reports; ``makemigrations`` writes the user's own migrations first, as the quick start
+    does). ``call_command`` too, hence the stack rather than ``sys.argv``."""
+    from django.core.management.commands import (
+        makemigrations,
+        migrate,
+        optimizemigration,
+        showmigrations,
+        sqlmigrate,
+        squashmigrations,
+    )
+
+    commands = tuple(
+        module.Command
+        for module in (
+            makemigrations,
+            migrate,
+            optimizemigration,
+            showmigrations,
+            sqlmigrate,
+            squashmigrations,
+        )
+    )
+    frame = sys._getframe(1)
+    while frame is not None:
+        if isinstance(frame.f_locals.get("self"), commands):
+            return True
+        frame = frame.f_back
+    return False
 
 
 @checks.register()

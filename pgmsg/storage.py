@@ -27,8 +27,11 @@ def ensure_partitions() -> list[str]:
 
 def drop_emptied() -> list[str]:
     """Drop the partitions that hold nothing any more (the outbox's past weeks whose every
-    message was relayed or discarded); returns the names dropped."""
-    return outbox_partitions.drop_emptied()
+    message was relayed or discarded), and trim the keys of the outbox's relayed messages;
+    returns the names dropped."""
+    dropped = outbox_partitions.drop_emptied()
+    outbox_partitions.trim_keys()
+    return dropped
 
 
 def seal_partitions() -> list[str]:

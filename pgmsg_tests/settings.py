@@ -15,6 +15,9 @@ TIME_ZONE = "UTC"
 ROOT_URLCONF = "pgmsg_tests.urls"
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# The tests make users with passwords; the default hasher (PBKDF2, over a million rounds) costs
+# a quarter of a second each, and no test is about hashing.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -72,6 +75,8 @@ OUTBOX_DESTINATIONS = {
     "redis": "redis://127.0.0.1:6379/0",
     "mqtt": "mqtt://127.0.0.1:1883",
     "recorder": "pgmsg_tests.testapp.outbox_declarations.record",
+    # A test points it at its own HTTP server (override_settings or PGMSG_TEST_DESTINATIONS).
+    "webhook": "http://127.0.0.1:9/hook",
     **json.loads(os.environ.get("PGMSG_TEST_DESTINATIONS", "{}")),
 }
 
@@ -82,9 +87,18 @@ PGMSG = {
     "RECONNECT_BACKOFF_MAX": 1.0,
     "OUTBOX_DESTINATIONS": OUTBOX_DESTINATIONS,
     "OUTBOX_PUBLISH_TIMEOUT": 3.0,
+    "OUTBOX_HTTP_SECRETS": {"webhook": "outbox-test-secret"},
     # A frozen worker's batch goes back after this (tests freeze workers with SIGSTOP).
     "WORKER_IDLE_TIMEOUT": 3.0,
+    # A process test may give its workers other values (a JSON object merged over these).
+    **json.loads(os.environ.get("PGMSG_TEST_SETTINGS", "{}")),
 }
+# PGMSG_TEST_THROUGH_DJANGO_CURSOR=1 (nox -s through_django_cursor): the suite with the wire
+# layer's fast path off, every producer and batch statement through Django's cursor; the tests
+# of that path itself (marked wire_fast_path) are skipped then.
+THROUGH_DJANGO_CURSOR = os.environ.get("PGMSG_TEST_THROUGH_DJANGO_CURSOR") == "1"
+if THROUGH_DJANGO_CURSOR:
+    PGMSG["SEND_THROUGH_DJANGO_CURSOR"] = True
 
 LOGGING = {
     "version": 1,

@@ -6,6 +6,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 import pgmsg
 from pgmsg.models import InboxMessage, NotificationDeadLetter
@@ -106,3 +107,69 @@ def test_commands_and_admin_actions_only_call_the_operations():
         source = path.read_text()
         for needle in ("cursor", ".update(", ".delete(", "QUERIES", "execute("):
             assert needle not in source, f"{path.name} uses {needle!r}"
+
+
+NOT_THERE = "999999"
+
+
+@pytest.mark.parametrize("verb", ["replay", "discard"])
+def test_ids_that_match_nothing_exit_non_zero_naming_them(verb):
+    note = dead_letter(channel="test.work", payload={}, attempts=5, last_error="x")
+    with pytest.raises(CommandError, match=f"{verb}: no dead .*id\\(s\\) {NOT_THERE}; nothing"):
+        run("pgmsg_deadletters", verb, str(note.id), NOT_THERE)
+    assert NotificationDeadLetter.objects.filter(pk=note.pk).exists()  # nothing done
+    with pytest.raises(CommandError, match=f"inbox test.inbox has id\\(s\\) {NOT_THERE};"):
+        run("pgmsg_deadletters", verb, "--inbox", "test.inbox", NOT_THERE)
+    with pytest.raises(CommandError, match=f"outbox message has id\\(s\\) {NOT_THERE};"):
+        run("pgmsg_outbox", verb, NOT_THERE)
+
+
+def test_an_inbox_row_named_without_inbox_gets_the_hint():
+    msg = InboxMessage.objects.create(
+        inbox="test.inbox", message_id="m1", type="t", payload={}, status="dead", attempts=3
+    )
+    with pytest.raises(CommandError) as raised:
+        run("pgmsg_deadletters", "replay", str(msg.id))
+    assert f"id {msg.id} is a message of inbox test.inbox: add --inbox test.inbox" in str(
+        raised.value
+    )
+    with pytest.raises(CommandError, match="add --inbox test.inbox"):
+        run("pgmsg_deadletters", "discard", "--inbox", "test.ordered", str(msg.id))
+    assert InboxMessage.objects.get(pk=msg.pk).status == "dead"
+
+
+def test_a_bad_selection_exits_non_zero_from_the_command_line():
+    done = subprocess.run(
+        [sys.executable, "-m", "django", "pgmsg_outbox", "discard", NOT_THERE],
+        cwd=ROOT,
+        env=WorkerProcesses(ROOT).env(),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1
+    assert NOT_THERE in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_cli_discard_records_a_reason(caplog):
+    msg = InboxMessage.objects.create(
+        inbox="test.inbox", message_id="m1", type="t", payload={}, status="dead", attempts=3
+    )
+    run("pgmsg_deadletters", "discard", "--inbox", "test.inbox", str(msg.id))
+    assert InboxMessage.objects.get(pk=msg.pk).discard_reason == (
+        "discarded with manage.py pgmsg_deadletters"
+    )
+    note = dead_letter(channel="test.work", payload={}, attempts=5, last_error="x")
+    run("pgmsg_deadletters", "discard", str(note.id), "--reason", "ticket 12")
+    assert "ticket 12 (discarded with manage.py pgmsg_deadletters)" in caplog.text
+    published = pgmsg.publish("test.recorded", {"a": 1}, type="t")
+    run("pgmsg_outbox", "discard", str(published.id))
+    assert f"[{published.id}]: discarded with manage.py pgmsg_outbox" in caplog.text
+
+
+def test_replay_and_discard_of_found_ids_still_work():
+    note = dead_letter(channel="test.work", payload={}, attempts=5, last_error="x")
+    assert (
+        "replay: 1 notification(s)" in run("pgmsg_deadletters", "replay", str(note.id)).getvalue()
+    )
+    published = pgmsg.publish("test.recorded", {"a": 1}, type="t")
+    assert "discard: 1 message(s)" in run("pgmsg_outbox", "discard", str(published.id)).getvalue()

@@ -29,3 +29,11 @@ class PointsEarned(pgmsg.Event, type="loyalty.points_earned"):
 
 class PointsSpent(pgmsg.Event, type="loyalty.points_spent"):
     points: int
+
+
+class OrderPlaced(pgmsg.Event, type="shop.order_placed"):
+    """Appended to ``order-<id>`` with each order by ``manage.py demo --live``: the live page's
+    feed (example_project/shop/live.py)."""
+
+    customer: str
+    total: Decimal

@@ -1,9 +1,12 @@
-"""The admin's "pgmsg overview": every channel, inbox and subscription at a glance, and the
-dead letters of each with their payload, full error, and replay / discard behind permissions.
+"""The admin's "pgmsg overview": every channel, inbox, outbox and subscription at a glance, and
+the dead letters of each with their payload, full error, and replay / discard behind
+permissions.
 
 The page hangs off a proxy model (``Overview``) so that the admin index lists it and its view
-permission opens it; replay and discard need the message model's own ``replay_*`` and
-``discard_*`` permissions, checked again when the form is posted.
+permission opens it: that permission shows counts only. A dead letter's payload and error need
+the view permission of its message model (as that model's own admin list does); replay and
+discard need the model's ``replay_*`` and ``discard_*`` permissions, checked again when the
+form is posted. A refusal is an admin message, never a bare 403 page.
 """
 
 from __future__ import annotations
@@ -23,8 +26,16 @@ from pgmsg.channels import deadletters
 from pgmsg.core import conf
 from pgmsg.events import reads
 from pgmsg.inbox import operations as inbox_ops
+from pgmsg.inbox.bridges import health as bridge_health
 from pgmsg.metrics import overview
-from pgmsg.models import InboxMessage, Notification, NotificationDeadLetter, Overview
+from pgmsg.models import (
+    InboxMessage,
+    Notification,
+    NotificationDeadLetter,
+    OutboxMessage,
+    Overview,
+)
+from pgmsg.outbox import operations as outbox_ops
 
 logger = logging.getLogger(__name__)
 
@@ -48,13 +59,21 @@ class _Kind:
         rows = self.dead_model.objects.using(conf.get().DATABASE)
         return rows.filter(**self.dead_filter, **{self.name_field: name}).order_by("-id")
 
+    def permission(self, operation: str) -> str:
+        return f"pgmsg.{operation}_{self.model._meta.model_name}"
+
     def may(self, request: HttpRequest, operation: str) -> bool:
-        return request.user.has_perm(f"pgmsg.{operation}_{self.model._meta.model_name}")
+        return request.user.has_perm(self.permission(operation))
+
+    def may_read(self, request: HttpRequest) -> bool:
+        """Payloads and errors: the model's view permission (or change, as Django's rule)."""
+        return self.may(request, "view") or self.may(request, "change")
 
 
 KINDS = {
     "channel": _Kind(Notification, NotificationDeadLetter, {}, "channel", "notification"),
     "inbox": _Kind(InboxMessage, InboxMessage, {"status": "dead"}, "inbox", "inbox message"),
+    "outbox": _Kind(OutboxMessage, OutboxMessage, {"status": "dead"}, "outbox", "outbox message"),
 }
 
 
@@ -98,7 +117,13 @@ class OverviewAdmin(admin.ModelAdmin):
             "rows": rows,
             "opts": self.opts,
             # Open transactions that hold back subscriptions, ordered inboxes and exports.
-            "blockers": [_blocker_row(b) for b in reads.horizon_blockers()],
+            # A blocking session's query text may quote any table's data: superusers only.
+            "blockers": [
+                _blocker_row(b, with_query=request.user.is_superuser)
+                for b in reads.horizon_blockers()
+            ],
+            # Bridges from brokers into inboxes: connected, last message, lag, error.
+            "bridges": bridge_health.health(),
             "totals": {
                 "backlog": sum(r.backlog for r in rows),
                 "dead": sum(r.dead for r in rows),
@@ -110,7 +135,9 @@ class OverviewAdmin(admin.ModelAdmin):
     def dead_view(self, request: HttpRequest, kind: str, name: str) -> HttpResponse:
         self._require_view(request)
         source = self._kind(kind)
-        rows = list(source.dead(name)[:LIST_LIMIT])
+        may_read = source.may_read(request)
+        # Without the model's view permission, the count only: no ids, types or errors.
+        rows = list(source.dead(name)[:LIST_LIMIT]) if may_read else []
         for row in rows:
             lines = row.last_error.strip().splitlines()
             row.error_line = lines[-1] if lines else ""
@@ -123,12 +150,22 @@ class OverviewAdmin(admin.ModelAdmin):
             "rows": rows,
             "total": source.dead(name).count(),
             "limit": LIST_LIMIT,
+            "may_read": may_read,
+            "read_permission": source.permission("view"),
         }
         return TemplateResponse(request, "admin/pgmsg/deadletters.html", context)
 
     def detail_view(self, request: HttpRequest, kind: str, name: str, pk: int) -> HttpResponse:
         self._require_view(request)
         source = self._kind(kind)
+        list_url = reverse("admin:pgmsg_overview_dead", args=[kind, name])
+        if not source.may_read(request):
+            return self._refuse(
+                request,
+                f"Reading a dead {source.label}'s payload and error needs the permission "
+                f"{source.permission('view')}.",
+                list_url,
+            )
         row = source.dead(name).filter(pk=pk).first()
         if row is None:
             raise Http404(f"no dead {source.label} #{pk} on {kind} {name!r}")
@@ -145,7 +182,7 @@ class OverviewAdmin(admin.ModelAdmin):
             "payload": json.dumps(row.payload, indent=2, sort_keys=True, ensure_ascii=False),
             "may_replay": may_replay,
             "may_discard": may_discard,
-            "list_url": reverse("admin:pgmsg_overview_dead", args=[kind, name]),
+            "list_url": list_url,
         }
         return TemplateResponse(request, "admin/pgmsg/deadletter.html", context)
 
@@ -154,17 +191,30 @@ class OverviewAdmin(admin.ModelAdmin):
     def _operate(self, request, kind, name, row, may_replay, may_discard) -> HttpResponse:
         action = request.POST.get("action")
         user = request.user.get_username()
+        source = KINDS[kind]
         if action == "replay":
             if not may_replay:
-                raise PermissionDenied("replaying needs the replay permission of this kind")
+                return self._refuse(
+                    request,
+                    f"Replaying needs the permission {source.permission('replay')}: "
+                    f"#{row.pk} was not replayed.",
+                    request.path,
+                )
             if kind == "channel":
                 deadletters.replay([row.pk])
+            elif kind == "outbox":
+                outbox_ops.replay([row.pk])
             else:
                 inbox_ops.replay(name, [row.pk])
             self.message_user(request, f"Replayed #{row.pk}: it is due now.", messages.SUCCESS)
         elif action == "discard":
             if not may_discard:
-                raise PermissionDenied("discarding needs the discard permission of this kind")
+                return self._refuse(
+                    request,
+                    f"Discarding needs the permission {source.permission('discard')}: "
+                    f"#{row.pk} was not discarded.",
+                    request.path,
+                )
             reason = request.POST.get("reason", "").strip()
             if not reason:
                 self.message_user(request, "Give a reason to discard.", messages.ERROR)
@@ -180,12 +230,19 @@ class OverviewAdmin(admin.ModelAdmin):
                     user,
                     reason,
                 )
+            elif kind == "outbox":
+                outbox_ops.discard([row.pk], reason=reason)
             else:
                 inbox_ops.discard(name, [row.pk], reason=reason)
             self.message_user(request, f"Discarded #{row.pk}.", messages.SUCCESS)
         else:
-            return HttpResponse(f"unknown action {action!r}", status=400)
+            return self._refuse(request, f"Unknown action {action!r}.", request.path)
         return HttpResponseRedirect(reverse("admin:pgmsg_overview_dead", args=[kind, name]))
+
+    def _refuse(self, request: HttpRequest, text: str, url: str) -> HttpResponse:
+        # As the admin refuses an action it does not offer: a message on the next page.
+        self.message_user(request, text, messages.ERROR)
+        return HttpResponseRedirect(url)
 
     def _require_view(self, request: HttpRequest) -> None:
         if not self.has_view_permission(request):
@@ -206,13 +263,13 @@ def _dead_url(row: overview.SourceStatus) -> str:
     return reverse("admin:pgmsg_subscriptionpartition_changelist") + "?" + query
 
 
-def _blocker_row(blocker) -> dict[str, Any]:
+def _blocker_row(blocker, *, with_query: bool) -> dict[str, Any]:
     return {
         "pid": blocker.pid if blocker.pid is not None else "prepared",
         "database": blocker.database,
         "state": blocker.state,
         "age": _age(blocker.age),
-        "query": blocker.query,
+        "query": blocker.query if with_query else "(query text: superusers only)",
     }
 
 

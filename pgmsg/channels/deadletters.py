@@ -76,6 +76,21 @@ def discard(
     return count
 
 
+def missing(ids: Iterable[int], *, action: str) -> list[int]:
+    """The ``ids`` that ``action`` ("replay" or "discard") would not find: not dead letters
+    (nor, for replay, notifications retrying after a failure). Sorted."""
+    from pgmsg.models import Notification
+
+    wanted = {int(i) for i in ids}
+    found = set(dead_letters().filter(id__in=wanted).values_list("id", flat=True))
+    if action == "replay":
+        retrying = Notification.objects.using(conf.get().DATABASE).filter(
+            id__in=wanted - found, attempts__gt=0
+        )
+        found.update(retrying.values_list("id", flat=True))
+    return sorted(wanted - found)
+
+
 def _select(ids: Iterable[int] | None, channel: str | None) -> list[int]:
     if ids is not None:
         return [int(i) for i in ids]

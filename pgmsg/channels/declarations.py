@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal, dataclass_transform
 
-from pgmsg.core import errors, names, payload_types
+from pgmsg.core import asynchrony, errors, names, payload_types
 
 EXACTLY_ONCE = "exactly_once"
 BROADCAST = "broadcast"
@@ -151,7 +151,7 @@ def listener(channel: type[Channel] | str) -> Callable[[Listener], Listener]:
         name = names.validate_name(channel)
 
     def decorator(func: Listener) -> Listener:
-        registry.add_listener(name, func)
+        registry.add_listener(name, asynchrony.in_worker_thread(func))
         return func
 
     return decorator

@@ -1,14 +1,13 @@
 -- name: send
 -- Store one message of an exactly-once channel and wake idle workers of its channel
--- (pgmsg_send, migrations 0016 and 0028: a function, so that the server keeps the insert's
--- plan).
+-- (pgmsg_send, functions.sql: a function, so that the server keeps the insert's plan).
 SELECT pgmsg_send(%(channel)s, %(payload)s);
 
 -- name: send_prepared
 -- notify()'s statement where it is prepared on the connection (PGMSG["PREPARE_STATEMENTS"]):
 -- pgmsg_send's steps written out, since calling any PL/pgSQL function costs its first call in
 -- each transaction some 10 us of server time (a fifth of the whole prepared insert's; measured
--- in docs/wakeups.md). The CASE runs its steps in order: unless this transaction already woke
+-- in docs/decisions.md). The CASE runs its steps in order: unless this transaction already woke
 -- the channel, hold the producing key shared until the transaction ends and mark the channel
 -- woken (the lock's void shows as ''), then probe the idle key (taken, so no worker is idle:
 -- release it) and NOTIFY where a worker holds it. The CTE runs once, before the insert reads
@@ -160,7 +159,7 @@ DELETE FROM pgmsg_notification_dead WHERE id = ANY(%(ids)s);
 
 -- name: analyze_lock
 -- One worker at a time analyzes (the others go on claiming).
-SELECT pg_try_advisory_xact_lock(1885826373, 0);
+SELECT pg_try_advisory_xact_lock(%(lock_class)s, 0);
 
 -- name: analyze
 ANALYZE pgmsg_notification;

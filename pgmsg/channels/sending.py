@@ -8,14 +8,14 @@ from typing import Any
 from django.db import connections
 
 from pgmsg.channels import declarations as channels
-from pgmsg.core import conf, errors, payload_encoders, payloads, sends, sql
+from pgmsg.core import asynchrony, conf, errors, payload_encoders, payloads, sql, wire
 
 QUERIES = sql.load(__package__, "notifications.sql")
 
-#: QUERIES["send"] as libpq takes it (libpq.one_value): notify()'s parameters in its order;
-#: and the statement libpq prepares on the connection instead where it prepares.
-_SEND_STATEMENT = sql.numbered(QUERIES["send"], ["channel", "payload"])
-_SEND_PREPARED = sql.numbered(QUERIES["send_prepared"], ["channel", "payload"])
+#: notify()'s statement, its parameters in libpq's order; and the statement prepared on the
+#: connection instead where pgmsg prepares.
+_SEND = wire.Statement(QUERIES["send"], ["channel", "payload"], prepared=QUERIES["send_prepared"])
+_SEND_MANY = wire.Statement(QUERIES["send_many"])
 
 # PostgreSQL refuses NOTIFY payloads of 8000 bytes or more ("payload string too long").
 MAX_BROADCAST_BYTES = 7999
@@ -39,13 +39,7 @@ def notify(message: channels.Channel, *, using: str | None = None) -> int | None
                 {"notify_channel": channels.BROADCAST_PREFIX + spec.name, "payload": text},
             )
         return None
-    return sends.fetch_value(
-        db,
-        QUERIES["send"],
-        {"channel": spec.name, "payload": text},
-        libpq_statement=_SEND_STATEMENT,
-        prepared_statement=_SEND_PREPARED,
-    )
+    return wire.send(db, _SEND, {"channel": spec.name, "payload": text})
 
 
 def notify_many(messages: Iterable[channels.Channel], *, using: str | None = None) -> int:
@@ -65,15 +59,15 @@ def notify_many(messages: Iterable[channels.Channel], *, using: str | None = Non
             stored_payloads.append(text)
     db = connections[using or settings.DATABASE]
     if stored_channels:
-        sends.fetch_value(
-            db,
-            QUERIES["send_many"],
-            {"channels": stored_channels, "payloads": stored_payloads},
-        )
+        wire.send(db, _SEND_MANY, {"channels": stored_channels, "payloads": stored_payloads})
     if broadcasts:
         with db.cursor() as cursor:
             cursor.executemany(QUERIES["broadcast"], broadcasts)
     return len(stored_channels) + len(broadcasts)
+
+
+anotify = asynchrony.awaitable(notify)
+anotify_many = asynchrony.awaitable(notify_many)
 
 
 def _encode(spec: channels.ChannelSpec, message: channels.Channel, *, validate: bool) -> str:

@@ -13,7 +13,7 @@ from django.db import connections, transaction
 
 from pgmsg.channels import declarations as channels
 from pgmsg.channels import triggers
-from pgmsg.core import batch, claims, errors, libpq, payloads, sources, sql
+from pgmsg.core import batch, claims, errors, locks, payloads, sources, sql, wire
 from pgmsg.core import worker as worker_module
 from pgmsg.core.claim_start import ClaimStart
 from pgmsg.core.sources import Worker
@@ -47,8 +47,9 @@ CLAIMED_IN = ClaimedNotification._fields.index("claimed_in")
 CRASH_ON_RECORD = ClaimedNotification._fields.index("crash_on_record")
 
 #: The wake payload of a row inserted without pgmsg_send() (an SQL producer's INSERT, a trigger
-#: channel, the ORM): created_at's default (migration 0028) cannot see the row's channel, so it
-#: wakes the workers of every stored channel. No channel name has a colon (core/names.py).
+#: channel, the ORM): created_at's default (channels/functions.sql) cannot see the row's
+#: channel, so it wakes the workers of every stored channel. No channel name has a colon
+#: (core/names.py).
 ANY_CHANNEL_WAKE = "channels:*"
 
 #: Seconds between a worker's looks for rows of channels nobody declares (and its warning).
@@ -71,7 +72,7 @@ class NotificationSource:
     def __init__(self, names: Iterable[str]) -> None:
         self.names = sorted(names)
         # Each channel's own (pgmsg_send), and every stored channel's: what a row inserted
-        # without pgmsg_send() wakes (migration 0028: created_at's default cannot see the
+        # without pgmsg_send() wakes (functions.sql: created_at's default cannot see the
         # row's channel).
         self.wake_payloads = [*self.names, ANY_CHANNEL_WAKE]
         self._listeners = {name: list(channels.registry.listeners[name]) for name in self.names}
@@ -99,7 +100,7 @@ class NotificationSource:
         with (
             contextlib.ExitStack() as after_commit,
             transaction.atomic(using=db),
-            libpq.LazyCursor(connection) as cursor,
+            wire.LazyCursor(connection) as cursor,
         ):
             fetched = self._claim(connection, cursor, worker.batch_size)
             if not fetched:
@@ -151,12 +152,12 @@ class NotificationSource:
         """Claim up to ``limit`` rows, sorted by id: past the last batch while batches come
         back full, else (or when that finds too few, or every FROM_START_INTERVAL) from the
         start of the index. The first claim opens the transaction (with its BEGIN, one round
-        trip: libpq.opening_rows)."""
+        trip: wire.opening_rows)."""
         from_id = self._start.next()
         params = {"channels": self.names, "limit": limit, "from_id": from_id}
         # Prepared: the worker's connection is a session of its own (see opening_rows), and
         # the claim's plan does not look at from_id (a sub-select).
-        (fetched,) = libpq.opening_rows(
+        (fetched,) = wire.opening_rows(
             connection,
             QUERIES["claim_notifications"],
             params,
@@ -174,26 +175,27 @@ class NotificationSource:
 
     def _isolate_suspect(self, worker, cursor, rows, crashes):
         """What runs: the whole batch, or only its first suspect (a row whose batch died
-        before), alone, or nothing when that suspect died too often (it becomes dead).
-        ``crashes``: {row id: crashes} of the rows that have any.
+        before), alone, or nothing when that suspect died alone too often (it becomes dead):
+        claims.guard. ``crashes``: {row id: crashes} of the batch's suspects.
 
         Returns (rows with the suspect's crashes counted as attempts, rows to run, failures).
         """
-        suspect = next((row for row in rows if row.id in crashes), None) if crashes else None
-        if suspect is None:
+        if not crashes:
             return rows, rows, {}
-        counted = suspect._replace(attempts=suspect.attempts + crashes[suspect.id])
-        rows = [counted if row.id == suspect.id else row for row in rows]
-        claims.forget(cursor, "notification", suspect.id)
-        verdict = claims.died_too_often(
-            _delivery(counted),
-            crashes=crashes[suspect.id],
-            max_attempts=self._specs[suspect.channel].max_attempts,
-        )
-        if verdict is not None:
-            claims.narrow(worker, "notification", [], worker.last_claim)  # nothing runs
-            return rows, [], {suspect.id: verdict}
-        claims.narrow(worker, "notification", [suspect.id], worker.last_claim)
+        claimed = [
+            claims.Claimed(row.id, _delivery(row), self._specs[row.channel].max_attempts)
+            for row in rows
+        ]
+        guarded = claims.guard(worker, "notification", claimed, crashes, worker.last_claim)
+        suspect = guarded.suspect
+        if suspect is None:
+            return rows, rows[guarded.run], {}
+        row = rows[suspect.index]
+        counted = row._replace(attempts=row.attempts + suspect.crashes)
+        rows = [counted if other.id == row.id else other for other in rows]
+        claims.forget(cursor, "notification", row.id)
+        if suspect.verdict is not None:
+            return rows, [], {row.id: suspect.verdict}
         return rows, [counted], {}
 
     def _handle(self, row: ClaimedNotification) -> None:
@@ -250,7 +252,7 @@ def refresh_statistics(worker: Worker, cursor, params: dict) -> bool | None:
     if conn is None or not sorts_to_claim(cursor, params):
         return None
     with conn.transaction():
-        if not conn.execute(QUERIES["analyze_lock"]).fetchone()[0]:
+        if not conn.execute(QUERIES["analyze_lock"], {"lock_class": locks.ANALYZE}).fetchone()[0]:
             return None  # another worker is at it
         conn.execute(QUERIES["analyze"])
     if sorts_to_claim(cursor, params):
@@ -362,33 +364,3 @@ class BroadcastSource:
                 raise  # the worker reconnects
             except Exception:
                 logger.exception("pgmsg: broadcast listener %r on %r failed", func, name)
-
-
-def worker_sources(options: sources.SourceOptions) -> list[NotificationSource | BroadcastSource]:
-    """The worker's channel sources: the channels named, or every one with a listener."""
-    names = options.named("channel_names")
-    if names is None and not options.serve_all:
-        return []
-    stored, broadcast = _split_channels(names)
-    found: list[NotificationSource | BroadcastSource] = []
-    if stored:
-        found.append(NotificationSource(stored))
-    if broadcast:
-        found.append(BroadcastSource(broadcast))
-    return found
-
-
-def _split_channels(names: Iterable[str] | None) -> tuple[set[str], set[str]]:
-    """Channels to serve, as (exactly-once, broadcast); names given must be known and listened."""
-    registry = channels.registry
-    if names is None:
-        wanted = {name for name, funcs in registry.listeners.items() if funcs}
-    else:
-        wanted = set()
-        for name in names:
-            registry.get(name)  # raises UnknownChannel with the known names
-            if not registry.listeners.get(name):
-                raise errors.ConfigurationError(f"channel {name!r} has no listener registered")
-            wanted.add(name)
-    stored = {n for n in wanted if registry.get(n).delivery == channels.EXACTLY_ONCE}
-    return stored, wanted - stored

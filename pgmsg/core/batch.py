@@ -20,7 +20,7 @@ from typing import Generic, NamedTuple, TypeVar
 import psycopg
 from django.db import InterfaceError, connections, transaction
 
-from pgmsg.core import conf, errors, metrics, throughput
+from pgmsg.core import conf, errors, instruments, throughput
 
 logger = logging.getLogger("pgmsg.worker")
 
@@ -154,7 +154,7 @@ def run_batch(
             worker.withdraw_claim()
             raise Redo(f"a handler failed on the fast path: {exc}") from exc
         finally:
-            metrics.handler_durations(seen, durations)
+            instruments.handler_durations(seen, durations)
         _account(worker, seen, [])
         return BatchResult(done=list(rows[: len(seen)]))
     result = BatchResult()
@@ -185,7 +185,7 @@ def run_batch(
             else:
                 result.done.append(row)
     finally:
-        metrics.handler_durations(ran, durations)
+        instruments.handler_durations(ran, durations)
     _account(
         worker, [delivery(row) for row in result.done], [delivery(row) for row, _ in result.failed]
     )
@@ -204,15 +204,15 @@ def _account(worker, done: list[Delivery], failed: list[Delivery]) -> None:
     transaction commits: through the running worker's tally (written about once a second),
     or, for a source driven without one, by a row written in the claim transaction."""
     db = worker.database
-    handled_counts = Counter(map(metrics.source_of, done))
-    failed_counts = Counter(map(metrics.source_of, failed))
+    handled_counts = Counter(map(instruments.source_of, done))
+    failed_counts = Counter(map(instruments.source_of, failed))
     tally = getattr(worker, "tally", None)
     if tally is None:
         throughput.record(db, handled_counts, failed_counts)
     elif handled_counts or failed_counts:
         transaction.on_commit(lambda: tally.add(handled_counts, failed_counts), using=db)
     if handled_counts:
-        transaction.on_commit(lambda: metrics.handled(handled_counts), using=db)
+        transaction.on_commit(lambda: instruments.handled(handled_counts), using=db)
 
 
 # -- the failure rule -----------------------------------------------------------------------
@@ -236,10 +236,37 @@ def retry_delay(attempts_before: int) -> float:
 
 
 def describe_error(exc: BaseException) -> str:
-    text = "".join(traceback.format_exception(exc))
+    """The stored text of a message's error: its traceback, with the exceptions it chains,
+    but never pgmsg's Redo nor what that chains (another message's error, on the fast path)."""
+    described = traceback.TracebackException.from_exception(exc)
+    _cut_redo(described)
+    text = "".join(described.format())
     if len(text) > _MAX_ERROR_CHARS:
         text = text[: _MAX_ERROR_CHARS // 4] + "\n...\n" + text[-3 * _MAX_ERROR_CHARS // 4 :]
     return text
+
+
+def _cut_redo(described: traceback.TracebackException) -> None:
+    seen = set()
+    while described is not None and id(described) not in seen:
+        seen.add(id(described))
+        for link in ("__cause__", "__context__"):
+            chained = getattr(described, link)
+            if chained is not None and _is_redo(chained):
+                setattr(described, link, None)
+        described = described.__cause__ or described.__context__
+
+
+_REDO_NAME = f"{Redo.__module__}.{Redo.__qualname__}"
+
+
+def _is_redo(described: traceback.TracebackException) -> bool:
+    # Python 3.13 deprecates exc_type (a warning, an error under the tests' settings) for
+    # exc_type_str, the dotted name; 3.11 and 3.12 have only exc_type.
+    name = getattr(described, "exc_type_str", None)
+    if name is not None:
+        return name == _REDO_NAME
+    return described.exc_type is not None and issubclass(described.exc_type, Redo)
 
 
 def failure(
@@ -249,11 +276,14 @@ def failure(
     max_attempts: int | None,
     giving_up: str = "dead",
     where: str = "",
+    quiet: bool = False,
 ) -> Failure:
     """Decide what the failed attempt ``delivery.attempts + 1`` costs, and log one line for it.
 
     A NotRetryable error gives up at once; any other gives up after ``max_attempts`` (default
     PGMSG MAX_ATTEMPTS). ``giving_up`` says in the log what giving up means for this source.
+    ``quiet``: a retry's line at DEBUG (a failure streak already logged; a dead letter's line
+    stays at ERROR).
     """
     text = describe_error(exc)
     if isinstance(exc, errors.NotRetryable):
@@ -272,7 +302,7 @@ def failure(
         "outcome": giving_up.replace(" ", "_") if give_up else "retry",
     }
     logger.log(
-        logging.ERROR if give_up else logging.WARNING,
+        logging.ERROR if give_up else (logging.DEBUG if quiet else logging.WARNING),
         "pgmsg %s: kind=%s id=%s source=%s attempt=%s outcome=%s%s%s error=%r",
         "dead letter" if give_up else "failure",
         *fields.values(),
@@ -282,7 +312,7 @@ def failure(
         extra={f"pgmsg_{key}": value for key, value in fields.items()},
     )
     transaction.on_commit(
-        lambda: metrics.failed(delivery.kind, delivery.name, give_up=give_up),
+        lambda: instruments.failed(delivery.kind, delivery.name, give_up=give_up),
         using=conf.get().DATABASE,
     )
     return Failure(text, give_up, retry_in)

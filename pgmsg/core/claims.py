@@ -13,12 +13,21 @@ per running worker plus the claims of batches that died (claims.sql says why it 
 committed rows of stopped workers go with a worker's first record.
 
 A claim whose transaction shows as *aborted* in ``pg_xact_status`` is a batch that died:
-every id in it is a *suspect* with one crash. Recording a batch returns the crashes of the rows
-it holds (one scan of this small table per batch); a batch that holds suspects runs only its
-first suspect, alone in its transaction, and puts the others back, so
-the innocents of a poisoned batch are handled one per transaction and the poison alone
-accumulates crashes. Crashes count as attempts: at the source's ``max_attempts`` the suspect
-becomes a dead letter without running again ("worker process died while handling it").
+every id in it is a *suspect*. A crash is charged only to a row that ran alone: the claim
+keeps whether its batch ran one row (``alone``, set by the record and by ``narrow``), and a
+row's crashes are the claims of batches that died with it alone. The rows of a batch of
+several that died are suspects without a charge: nobody knows yet which of them killed it,
+and a worker killed from outside (the OOM killer, a deploy) kills innocents only. Recording a
+batch returns its suspects with their crashes (one scan of this small table per batch, in the
+statement that records it: no round trip more); a batch that holds suspects runs only its
+first suspect, alone in its transaction (its record narrowed to it, in the same round trip as
+before), and puts the others back, so the suspects are handled one per transaction and a
+poison accumulates crashes in its runs alone only. Crashes count as attempts: at the source's
+``max_attempts`` the suspect becomes a dead letter without running again ("worker process
+died while handling it"); a poison that first died in a batch of several dies once more than
+that. One guard does this for every source (``guard``, reading the rows' ``Claimed`` fields).
+Outbox relays keep no claims: they run no handler, and a relay that dies rolls its batch back
+with no attempt counted.
 
 Rows are named in ``pgmsg_claim.ids`` by a bigint: their own id where it is one and unique to
 the ``kind`` (notifications, plain inbox messages), or ``key(scope, value)``, a 64-bit hash of
@@ -30,8 +39,8 @@ span) would only lend one row the other's crashes.
 
 Any batch transaction that aborts counts: a killed process, a backend terminated by
 ``idle_in_transaction_session_timeout`` (a frozen worker), a lost connection or a server
-restart. One such event makes its batch's rows suspects once; only repeated deaths with the
-same row make it dead.
+restart. One such event makes its batch's rows suspects (charged a crash when it ran one row);
+only repeated deaths of the same row alone make it dead.
 """
 
 from __future__ import annotations
@@ -40,12 +49,13 @@ import hashlib
 import logging
 import os
 import select
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import NamedTuple
 
 import psycopg
 from psycopg.adapt import Dumper
 
-from pgmsg.core import batch, conf, libpq, sources, sql
+from pgmsg.core import batch, conf, sources, sql, wire
 
 logger = logging.getLogger("pgmsg.worker")
 
@@ -80,13 +90,13 @@ class _Ids(list):
 
 
 class _IdsDumper(Dumper):
-    """A list of ints as PostgreSQL's binary int8[] (libpq.int8_array), for psycopg's cursor."""
+    """A list of ints as PostgreSQL's binary int8[] (wire.int8_array), for psycopg's cursor."""
 
     format = psycopg.pq.Format.BINARY
     oid = psycopg.postgres.types["int8"].array_oid
 
     def dump(self, obj: list[int]) -> bytes:
-        return libpq.int8_array(obj)
+        return wire.int8_array(obj)
 
 
 # Registered on psycopg's default adapters: every connection made afterwards (the worker's
@@ -133,9 +143,9 @@ def send_record(worker: sources.Worker, kind: str, ids: Sequence[int], xid: int)
         return SentRecord(None, worker)
     pgconn = conn.pgconn
     # Planned once per connection, as psycopg would prepare it.
-    name = libpq.prepare_once(conn, _RECORD_STATEMENT, param_types=_RECORD_TYPES)
+    name = wire.prepare_once(conn, _RECORD_STATEMENT, param_types=_RECORD_TYPES)
     row = worker.claim_row
-    params = [kind.encode(), libpq.int8_array(list(ids)), b"%d" % xid, b"%d" % os.getpid()]
+    params = [kind.encode(), wire.int8_array(list(ids)), b"%d" % xid, b"%d" % os.getpid()]
     params.append(None if row is None else b"%d" % row)
     pgconn.send_query_prepared(name, params, param_formats=[0, 1, 0, 0, 0])
     _flush(pgconn)
@@ -277,3 +287,77 @@ def died_too_often(
         crashes,
     )
     return batch.Failure(DIED.format(crashes=crashes), give_up=True, retry_in=0.0)
+
+
+# -- the crash guard, one for every source ---------------------------------------------------
+
+
+class Claimed(NamedTuple):
+    """A claimed row as the crash guard reads it."""
+
+    #: The row's id in ``pgmsg_claim.ids`` (its own id, key() or number_keys()).
+    key: int
+    #: The row's delivery: its ``attempts`` are the failed attempts before this run.
+    delivery: batch.Delivery
+    #: The row's source's max_attempts (None: PGMSG MAX_ATTEMPTS).
+    max_attempts: int | None
+
+
+class Suspect(NamedTuple):
+    """The row of a batch that runs alone because a batch with it died before."""
+
+    #: Its index among the rows given to guard().
+    index: int
+    #: Its crashes: deaths of its process while it ran alone (they count as attempts).
+    crashes: int
+    #: Its dead-letter verdict when those reached max_attempts (then nothing runs), else None.
+    verdict: batch.Failure | None
+
+
+class Guarded(NamedTuple):
+    """What guard() lets run of a batch."""
+
+    #: The rows that run: ``rows[run]``.
+    run: slice
+    #: The suspect that runs alone (or is dead), or None.
+    suspect: Suspect | None
+
+
+def guard(
+    worker: sources.Worker,
+    kind: str,
+    rows: Sequence[Claimed],
+    crashes: dict[int, int],
+    xid: int,
+    *,
+    lead: Callable[[int], int] | None = None,
+    before_suspect: bool = False,
+) -> Guarded:
+    """The crash guard of every source, once the batch's record answered ``crashes``
+    ({key: crashes} of its suspects, send_record): a batch without suspects runs whole;
+    otherwise its first suspect runs alone (its record narrowed to it, so that its death is
+    charged to it alone), or runs no more once its crashes reach its max_attempts.
+
+    ``lead(i)``: the index of the row that must run before row ``i`` (an ordered inbox's
+    first message of the aggregate), which then runs alone in its stead.
+    ``before_suspect``: the rows before the first suspect run as usual instead (a
+    subscription's events, whose order the suspect must keep), the suspect in a later batch.
+    """
+    found = next((i for i, row in enumerate(rows) if row.key in crashes), None)
+    if found is None:
+        return Guarded(slice(None), None)
+    if before_suspect and found:
+        narrow(worker, kind, [row.key for row in rows[:found]], xid)
+        return Guarded(slice(0, found), None)
+    if lead is not None:
+        found = lead(found)
+    row = rows[found]
+    count = crashes.get(row.key, 0)
+    verdict = None
+    if count:
+        delivery = row.delivery._replace(attempts=row.delivery.attempts + count)
+        verdict = died_too_often(delivery, crashes=count, max_attempts=row.max_attempts)
+    narrow(worker, kind, [] if verdict else [row.key], xid)
+    if verdict is not None:
+        return Guarded(slice(0, 0), Suspect(found, count, verdict))
+    return Guarded(slice(found, found + 1), Suspect(found, count, None))

@@ -21,8 +21,9 @@ DELETE FROM pgmsg_claim WHERE id IN (SELECT id FROM trimmed WHERE ids = '{}');
 -- until vacuum came, and without autovacuum for good.
 -- A worker's first record (no row yet) also deletes the records of batches that committed:
 -- the rows of stopped workers (a running worker whose row goes adds a new one next time).
--- Returns the record's row, with each recorded id that claims of batches that died held and
--- how many held it (one row of NULLs beside the record's row when none did).
+-- Returns the record's row, with each recorded id that claims of batches that died held (a
+-- suspect) and its crashes: how many of those held it alone (a death in a batch of several
+-- rows is nobody's fault yet); one row of NULLs beside the record's row when none did.
 WITH garbage AS (
     DELETE FROM pgmsg_claim
     WHERE %(row)s::bigint IS NULL
@@ -30,19 +31,19 @@ WITH garbage AS (
 ), reused AS (
     UPDATE pgmsg_claim
     SET kind = %(kind)s, ids = %(ids)b::bigint[], transaction_id = %(xid)s, pid = %(pid)s,
-        claimed_at = now()
+        claimed_at = now(), alone = cardinality(%(ids)b::bigint[]) = 1
     WHERE id = %(row)s
       AND coalesce(pg_xact_status(transaction_id::text::xid8), 'committed') = 'committed'
     RETURNING id
 ), added AS (
-    INSERT INTO pgmsg_claim (kind, ids, transaction_id, pid)
-    SELECT %(kind)s, %(ids)b::bigint[], %(xid)s, %(pid)s
+    INSERT INTO pgmsg_claim (kind, ids, transaction_id, pid, alone)
+    SELECT %(kind)s, %(ids)b::bigint[], %(xid)s, %(pid)s, cardinality(%(ids)b::bigint[]) = 1
     WHERE NOT EXISTS (SELECT FROM reused)
     RETURNING id
 )
 SELECT (SELECT id FROM reused UNION ALL SELECT id FROM added), crashed.id, crashed.crashes
 FROM (SELECT) AS one LEFT JOIN (
-    SELECT c.id, count(*)::int AS crashes
+    SELECT c.id, (count(*) FILTER (WHERE k.alone))::int AS crashes
     FROM pgmsg_claim AS k CROSS JOIN LATERAL unnest(k.ids) AS c(id)
     WHERE k.kind = %(kind)s AND c.id = ANY(%(ids)b::bigint[])
       AND pg_xact_status(k.transaction_id::text::xid8) = 'aborted'
@@ -50,8 +51,9 @@ FROM (SELECT) AS one LEFT JOIN (
 ) AS crashed ON true;
 
 -- name: narrow
--- The batch runs fewer rows than recorded (a suspect alone): only those count if it dies.
-UPDATE pgmsg_claim SET ids = %(ids)b::bigint[]
+-- The batch runs fewer rows than recorded (a suspect alone): only those count if it dies, and
+-- a death is charged to a row that ran alone.
+UPDATE pgmsg_claim SET ids = %(ids)b::bigint[], alone = cardinality(%(ids)b::bigint[]) = 1
 WHERE kind = %(kind)s AND transaction_id = %(xid)s AND pid = %(pid)s;
 
 -- name: withdraw

@@ -29,11 +29,12 @@ class Settings:
     #: (the worker's own decoding, run once more), so a bad value raises PayloadError in the
     #: sending code instead of becoming a dead letter. Costs one decode per message.
     VALIDATE_ON_SEND: bool = True
-    #: Send notify()'s statement, and the worker's first statement of each batch, through
-    #: Django's cursor wrapper even when no execute wrapper is installed and queries are not
-    #: logged: for instrumentation that patches Django's cursor class (some APM agents). Off,
-    #: they go to libpq or psycopg's cursor of the same connection, in the same transaction
-    #: (core/libpq.py, docs/wakeups.md).
+    #: Send the producers' statements (notify(), publish(), receive(), append()), and the
+    #: worker's first and last statements of each batch, through Django's cursor wrapper even
+    #: when no execute wrapper is installed and queries are not logged: for instrumentation
+    #: that patches Django's cursor class (some APM agents). Off, they go to libpq or
+    #: psycopg's cursor of the same connection, in the same transaction (core/wire/,
+    #: docs/wire.md).
     SEND_THROUGH_DJANGO_CURSOR: bool = False
     #: Prepare notify()'s, append()'s and receive()'s statements on each connection on their
     #: first use and run them by name from then on (the server skips their parse and plan: about
@@ -60,6 +61,11 @@ class Settings:
     #: in about that time too. A handler that spends longer than this outside the database
     #: (one HTTP call, say) loses its session: raise it for such handlers.
     WORKER_IDLE_TIMEOUT: float = 30.0
+    #: Seconds without an answer from PostgreSQL after which a worker counts a connection of
+    #: its own as lost (a silent network partition: no FIN, no RST) and reconnects: libpq
+    #: keepalives, tcp_user_timeout and connect_timeout on the worker's connections (Django's,
+    #: under what its OPTIONS set, and its LISTEN connection). See core/keepalive.py.
+    CONNECTION_DEAD_AFTER: float = 30.0
     #: Spark master of manage.py pgmsg_export when --master is not given.
     EXPORT_SPARK_MASTER: str = "local[*]"
     #: Rows per Spark read partition when --partitions is not given.
@@ -84,16 +90,47 @@ class Settings:
     INBOX_DEGRADED_PENDING: int = 10_000
     INBOX_DEGRADED_DEAD: int = 1
     INBOX_DEGRADED_AGE: float = 300.0
-    #: Outbox destinations by name: a broker URL (amqp://, nats://, redis://, mqtt://) or the
-    #: dotted path of a Python callable. See docs/outbox.md.
+    #: Outbox destinations by name: a broker URL (amqp://, nats://, redis://, mqtt://), a
+    #: webhook URL (https://, http://) or the dotted path of a Python callable. See
+    #: docs/outbox.md.
     OUTBOX_DESTINATIONS: dict = dataclasses.field(default_factory=dict)
+    #: The signing secret of each HTTP(S) outbox destination, by destination name (HMAC-SHA256,
+    #: docs/bridges.md); a URL's ``secret=`` option overrides it.
+    OUTBOX_HTTP_SECRETS: dict = dataclasses.field(default_factory=dict)
     #: Seconds a relay waits for a broker's confirmation before it counts the broker as down.
     OUTBOX_PUBLISH_TIMEOUT: float = 10.0
     #: An outbox is "degraded" when its oldest pending message is this many seconds old.
     OUTBOX_DEGRADED_AGE: float = 60.0
+    #: Webhook receivers of the inbox by name (pgmsg.urls' ``webhooks/<name>/``): each a dict
+    #: with the inbox, the secret(s), the signature format and headers, the timestamp
+    #: tolerance, the body limit and where the message id, type, aggregate id and trace id come
+    #: from. See docs/bridges.md.
+    WEBHOOKS: dict = dataclasses.field(default_factory=dict)
+    #: Bridges from brokers into inboxes, by name: {"url": ..., "topic": ..., "inbox": ...,
+    #: and the mapping}. Run by ``manage.py listen`` (``--bridge NAME``). See docs/bridges.md.
+    INBOX_BRIDGES: dict = dataclasses.field(default_factory=dict)
+    #: A bearer token that opens pgmsg.urls' names, counts and metrics to a client without a
+    #: login (``Authorization: Bearer <token>``: a Prometheus scraping /pgmsg/metrics/). Empty
+    #: (the default): only logged-in users with pgmsg.view_overview; others get the status.
+    ENDPOINT_TOKEN: str = ""
+    #: The live endpoint (pgmsg.live, docs/live.md): seconds of silence after which a client
+    #: gets a heartbeat (an SSE comment line), so proxies and browsers keep the stream open.
+    LIVE_HEARTBEAT: float = 15.0
+    #: Events held for one live client that is not reading fast enough; one more and it is
+    #: disconnected with a retry hint, to resume from the store (memory stays bounded).
+    LIVE_CLIENT_BUFFER: int = 1000
+    #: The largest SSE message (bytes) the live endpoint sends for one event; a larger event
+    #: is replaced by a "pgmsg-skipped" message that names it and says why.
+    LIVE_MAX_EVENT_BYTES: int = 65536
+    #: Seconds a browser waits before reconnecting (SSE's retry: field) after a disconnect.
+    LIVE_RETRY: float = 2.0
 
 
 _KIND = {"bool": "a bool", "dict": "a dict", "bool | None": "True, False or None"}
+
+
+def _number_kind(field: dataclasses.Field) -> str:
+    return f"a {'non-negative' if field.default == 0 else 'positive'} {field.type}"
 
 
 def _check_types(values: dict) -> Settings:
@@ -105,10 +142,13 @@ def _check_types(values: dict) -> Settings:
         )
     for key, value in values.items():
         expected = fields[key].type
+        # A number whose default is 0 means "off" at 0 (ARCHIVE_INTERVAL): 0 may be set too.
+        least = 0 if fields[key].default == 0 else 1e-300
+        number = not isinstance(value, bool) and isinstance(value, int | float) and value >= least
         ok = {
             "str": isinstance(value, str),
-            "int": isinstance(value, int) and not isinstance(value, bool) and value > 0,
-            "float": isinstance(value, int | float) and not isinstance(value, bool) and value > 0,
+            "int": number and isinstance(value, int),
+            "float": number,
             "bool": isinstance(value, bool),
             "bool | None": value is None or isinstance(value, bool),
             "dict": isinstance(value, dict),
@@ -116,7 +156,7 @@ def _check_types(values: dict) -> Settings:
         if not ok:
             raise errors.ConfigurationError(
                 f"PGMSG[{key!r}] must be "
-                f"{_KIND.get(expected, 'a positive ' + expected)}, got {value!r}"
+                f"{_KIND.get(expected, _number_kind(fields[key]))}, got {value!r}"
             )
     return Settings(**values)
 

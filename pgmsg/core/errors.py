@@ -7,6 +7,11 @@ class PgmsgError(Exception):
     """Base class of pgmsg's errors."""
 
 
+class NotMigrated(PgmsgError):
+    """pgmsg's tables and functions are missing on the database: ``manage.py migrate`` never
+    ran there (or not to the end). The message names the database."""
+
+
 class NotRetryable(PgmsgError):
     """Raised while handling a message that no retry can mend (an undecodable payload, a type
     nobody handles): the worker dead-letters it (or stops its partition) at once."""
@@ -120,6 +125,10 @@ class UnknownDestination(ConfigurationError):
     """A destination name missing from PGMSG["OUTBOX_DESTINATIONS"], or a URL pgmsg can't use."""
 
 
+class UnknownBridge(ConfigurationError):
+    """A bridge name missing from PGMSG["INBOX_BRIDGES"], or a declaration pgmsg can't use."""
+
+
 class BrokerUnavailable(PgmsgError):
     """The broker could not be reached or did not confirm in time: nothing is known about the
     message, so the relay keeps it, waits, reconnects and publishes it again (no attempt is
@@ -149,3 +158,8 @@ class ReplicationSlotLost(ConfigurationError):
 
 class ReplicationSlotInUse(PgmsgError):
     """A slot cannot be dropped while a relay holds its outbox (or a session reads it)."""
+
+
+class InvalidSignature(PgmsgError):
+    """A webhook whose signature is missing, malformed, does not match the secret, or whose
+    timestamp is outside the tolerance: the receiver answers 401 and stores nothing."""

@@ -33,10 +33,14 @@ class Blocker:
 
     def __str__(self) -> str:
         who = f"pid {self.pid}" if self.pid is not None else "a prepared transaction"
+        # No query text: it may quote any table's data, and this line reaches the admin and
+        # the health endpoint. Commands that show it add ``describe(with_query=True)``.
         return (
-            f"{who} on database {self.database!r}, {self.state}, transaction open "
-            f"{self.age:.0f}s: {self.query[:80]!r}"
+            f"{who} on database {self.database!r}, {self.state}, transaction open {self.age:.0f}s"
         )
+
+    def describe(self, *, with_query: bool) -> str:
+        return f"{self}: {self.query[:80]!r}" if with_query else str(self)
 
 
 def horizon(cursor) -> int:

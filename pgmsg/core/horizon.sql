@@ -1,6 +1,6 @@
 -- name: horizon
--- The read horizon of gap-free readers: pgmsg_read_horizon() (migration 0018_event_appends,
--- which holds the query and says how it is read; 0022 answers from the snapshot alone when no
+-- The read horizon of gap-free readers: pgmsg_read_horizon() (functions.sql, which
+-- holds the query and says how it is read; it answers from the snapshot alone when no
 -- transaction is in progress on the server). A function so that PL/pgSQL keeps its plan for
 -- the session: planning the query (views over pg_stat_activity, a union) took 0.5 ms of its
 -- 1.1 ms, paid before every subscription read after a wake-up.

@@ -20,7 +20,7 @@ def plain_encoder(cls: type) -> Callable[[Any], str | None]:
 
     notify() calls it first: dumps_checked's steps (the field table's lookup, the dict built
     field by field, two more calls) cost a producer about 5 us of CPU a message between round
-    trips, where its Python runs from cold caches (docs/wakeups.md)."""
+    trips, where its Python runs from cold caches (docs/decisions.md)."""
     plain = payloads.plain_fields(cls) if hasattr(cls, "__dataclass_fields__") else None
     if not plain:
         return _not_plain

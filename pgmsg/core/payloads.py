@@ -334,18 +334,7 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
     if hint is Any or hint is object:
         return value
     if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(hint)
-        if value is None and type(None) in args:
-            return None
-        failures = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _convert(arg, value, path)
-            except errors.PayloadError as exc:
-                failures.append(str(exc))
-        raise errors.PayloadError("; ".join(failures) or f"{path}: null is not allowed")
+        return _convert_union(hint, value, path)
     if value is None:
         raise errors.PayloadError(f"{path}: null is not allowed for {type_name(hint)}")
     if origin is typing.Literal:
@@ -353,17 +342,7 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
             raise errors.PayloadError(f"{path}: {value!r} is not one of {typing.get_args(hint)}")
         return value
     if origin in (list, tuple, set, frozenset):
-        if not isinstance(value, list):
-            raise errors.PayloadError(f"{path}: expected a JSON array, got {value!r}")
-        args = typing.get_args(hint)
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            if len(args) != len(value):
-                raise errors.PayloadError(f"{path}: expected {len(args)} items, got {len(value)}")
-            return tuple(
-                _convert(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value))
-            )
-        item = args[0] if args else Any
-        return origin(_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value))
+        return _convert_array(hint, origin, value, path)
     if origin is dict:
         if not isinstance(value, dict):
             raise errors.PayloadError(f"{path}: expected a JSON object, got {value!r}")
@@ -377,49 +356,86 @@ def _convert(hint: Any, value: Any, path: str) -> Any:
     return _scalar(hint, value, path)
 
 
+def _convert_union(hint: Any, value: Any, path: str) -> Any:
+    """The first of a union's types that takes ``value`` (null for an optional one)."""
+    args = typing.get_args(hint)
+    if value is None and type(None) in args:
+        return None
+    failures = []
+    for arg in args:
+        if arg is type(None):
+            continue
+        try:
+            return _convert(arg, value, path)
+        except errors.PayloadError as exc:
+            failures.append(str(exc))
+    raise errors.PayloadError("; ".join(failures) or f"{path}: null is not allowed")
+
+
+def _convert_array(hint: Any, origin: Any, value: Any, path: str) -> Any:
+    """A JSON array as a list, set, frozenset or tuple (of fixed length, or ``tuple[T, ...]``)."""
+    if not isinstance(value, list):
+        raise errors.PayloadError(f"{path}: expected a JSON array, got {value!r}")
+    args = typing.get_args(hint)
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        if len(args) != len(value):
+            raise errors.PayloadError(f"{path}: expected {len(args)} items, got {len(value)}")
+        return tuple(_convert(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    item = args[0] if args else Any
+    return origin(_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value))
+
+
+#: What a scalar parser returns for a value of the wrong JSON type.
+_INVALID = object()
+
+
+def _exactly(kind: type, value: Any) -> Any:
+    return value if isinstance(value, kind) and not isinstance(value, bool) else _INVALID
+
+
+def _number(value: Any, make: Callable[[Any], Any]) -> Any:
+    return (
+        make(value) if isinstance(value, int | float) and not isinstance(value, bool) else _INVALID
+    )
+
+
+def _parsed(value: Any, parse: Callable[[Any], Any]) -> Any:
+    parsed = parse(value)
+    return _INVALID if parsed is None else parsed
+
+
+#: A scalar type -> its parser from a JSON value (_INVALID: not one; or raises ValueError...).
+_SCALARS: dict[Any, Callable[[Any], Any]] = {
+    bool: lambda v: v if isinstance(v, bool) else _INVALID,
+    int: lambda v: _exactly(int, v),
+    float: lambda v: _number(v, float),
+    str: lambda v: _exactly(str, v),
+    Decimal: lambda v: (
+        Decimal(str(v)) if isinstance(v, str) else _number(v, lambda n: Decimal(str(n)))
+    ),
+    uuid.UUID: uuid.UUID,
+    dt.datetime: lambda v: _parsed(v, parse_datetime),
+    dt.date: lambda v: _parsed(v, parse_date),
+    # fromisoformat keeps a UTC offset ("10:00:00+02:00"); parse_time would drop it.
+    dt.time: lambda v: _parsed(v, lambda t: _time_with_offset(t) or parse_time(t)),
+}
+
+
 def _scalar(hint: Any, value: Any, path: str) -> Any:
-    try:
-        if hint is bool:
-            if isinstance(value, bool):
-                return value
-        elif hint is int:
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
-        elif hint is float:
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                return float(value)
-        elif hint is str:
-            if isinstance(value, str):
-                return value
-        elif hint is Decimal:
-            if isinstance(value, str | int | float) and not isinstance(value, bool):
-                return Decimal(str(value))
-        elif hint is uuid.UUID:
-            return uuid.UUID(value)
-        elif hint is dt.datetime:
-            parsed = parse_datetime(value)
-            if parsed is not None:
-                return parsed
-        elif hint is dt.date:
-            parsed = parse_date(value)
-            if parsed is not None:
-                return parsed
-        elif hint is dt.time:
-            # fromisoformat keeps a UTC offset ("10:00:00+02:00"); parse_time would drop it.
-            parsed = _time_with_offset(value) or parse_time(value)
-            if parsed is not None:
-                return parsed
-        elif isinstance(hint, type) and issubclass(hint, enum.Enum):
-            return hint(value)
-        else:
+    parse = _SCALARS.get(hint) if isinstance(hint, type) else None
+    if parse is None:
+        if not (isinstance(hint, type) and issubclass(hint, enum.Enum)):
             raise errors.PayloadError(
                 f"{path}: type {type_name(hint)} is not supported in payloads"
             )
+        parse = hint
+    try:
+        parsed = parse(value)
     except (TypeError, ValueError, AttributeError, InvalidOperation) as exc:
-        if isinstance(exc, errors.PayloadError):
-            raise
         raise errors.PayloadError(f"{path}: {value!r} is not a valid {type_name(hint)}") from exc
-    raise errors.PayloadError(f"{path}: {value!r} is not a valid {type_name(hint)}")
+    if parsed is _INVALID:
+        raise errors.PayloadError(f"{path}: {value!r} is not a valid {type_name(hint)}")
+    return parsed
 
 
 def type_name(hint: Any) -> str:

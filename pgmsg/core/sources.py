@@ -71,6 +71,9 @@ class Source(Protocol):
     def seconds_until_due(self, worker: Worker) -> float | None:
         """Seconds until the next delayed message is due; None if nothing waits."""
 
+    # Optional: ``close()``, called when the worker closes its database connections (a
+    # source that holds connections of its own, such as an inbox bridge's broker connection).
+
 
 class NotifySource(Source, Protocol):
     """A source that also takes payloads straight from NOTIFY channels of its own."""

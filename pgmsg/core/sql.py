@@ -40,6 +40,26 @@ def load(package: str, filename: str) -> dict[str, LiteralString]:
     return loaded[key]
 
 
+_FUNCTION_RE = re.compile(r"^-- function: (\w+)\s*$", re.MULTILINE)
+
+
+def functions(package: str) -> dict[str, str]:
+    """The current text of the SQL functions in ``package``'s functions.sql, by name: each
+    ``-- function: <name>`` block's CREATE OR REPLACE FUNCTION statement.
+
+    Not statements to run: migrations apply frozen copies (pgmsg/migrations/README.md). A
+    function made at run time from one (events/subscriptions.py) reads it here.
+    """
+    parts = _FUNCTION_RE.split(resources.files(package).joinpath("functions.sql").read_text())
+    found = {}
+    for name, body in zip(parts[1::2], parts[2::2]):
+        lines = body.strip().splitlines()
+        while lines and lines[0].startswith("--"):  # the comment before the statement
+            lines.pop(0)
+        found[name] = "\n".join(lines) + "\n"
+    return found
+
+
 def numbered(query: str, names: list[str]) -> bytes:
     """``query`` as libpq's own calls take it: each ``%(name)s`` or ``%(name)b`` of ``names``
     becomes ``$1``, ``$2``, ... in that order (for the few statements sent below psycopg's

@@ -16,10 +16,10 @@ the declaration has then committed or rolled back) and only then looks at its ta
 The worker never blocks on that key (it tries, and polls again after a short pause), so a long
 producer transaction delays only that worker's sleep, never other producers.
 
-The SQL functions live in migration 0009_wakeups; their lock keys are (class, hashtext(payload))
+The SQL functions live in core/functions.sql; their lock keys are (class, hashtext(payload))
 with the two classes below. Since the producing lock is held until the transaction ends, one
 ``pgmsg_wake`` per payload and transaction is enough: ``wake_once_sql`` (the notification row
-trigger; ``pgmsg_send`` of migration 0016 does the same) remembers the last payload woken in a
+trigger; ``pgmsg_send`` does the same inline) remembers the last payload woken in a
 transaction-local setting (``WOKEN_SQL``), which a row trigger's WHEN can test to skip a row.
 """
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pgmsg.core import sql
+from pgmsg.core import locks, sql
 
 QUERIES = sql.load(__package__, "wake.sql")
 
@@ -45,12 +45,11 @@ WAKE_FUNCTION = "pgmsg_wake"
 #: when a savepoint rolls back, together with the producing lock taken under it.
 WOKEN_SQL = "current_setting('pgmsg.woken', true)"
 
-#: Advisory lock classes (the first int of the two-int form): idle workers hold
+#: Advisory lock classes (the first int of the two-int form, core/locks.py): idle workers hold
 #: (IDLE_CLASS, hashtext(payload)) shared; producers hold (PRODUCING_CLASS, hashtext(payload))
-#: shared until they commit. Spelled out here for the docs and the tests; the migration's
-#: functions use the same literals.
-IDLE_CLASS = 1885826377  # "pgmI"
-PRODUCING_CLASS = 1885826370  # "pgmB"
+#: shared until they commit. The SQL functions (core/functions.sql) hold the same literals.
+IDLE_CLASS = locks.IDLE
+PRODUCING_CLASS = locks.PRODUCING
 
 #: First pause between looks for work while a worker lingers (PGMSG IDLE_AFTER) before
 #: declaring itself idle; it doubles at each look that finds nothing.

@@ -9,8 +9,6 @@ the rows are the truth, so a missed NOTIFY is covered by the periodic sweep.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
 import math
 import os
@@ -23,7 +21,19 @@ import psycopg
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 from psycopg import sql as pgsql
 
-from pgmsg.core import batch, claims, conf, errors, metrics, signals, sql, throughput, wake
+from pgmsg.core import (
+    batch,
+    claims,
+    conf,
+    errors,
+    instruments,
+    keepalive,
+    signals,
+    sql,
+    throughput,
+    wake,
+    young_generation,
+)
 from pgmsg.core import sources as sources_module
 
 logger = logging.getLogger(__name__)
@@ -64,7 +74,7 @@ def wait_readable(fd: int, timeout: float) -> None:
 
     Not psycopg's ``notifies(timeout=...)``: it polls in whole milliseconds rounded down and
     spins through the last fraction of each wait, so a worker lingering with pauses of 1 to 4
-    ms kept a core busy (about 7 ms of CPU per event appended 20 ms apart, docs/benchmarks.md).
+    ms kept a core busy (about 7 ms of CPU per event appended 20 ms apart, docs/decisions.md).
     select() waits to the microsecond; poll() (rounded up to the millisecond) past its limit."""
     if fd < SELECT_FD_LIMIT:
         select.select([fd], [], [], timeout)
@@ -78,35 +88,20 @@ def wait_readable(fd: int, timeout: float) -> None:
 SELECT_FD_LIMIT = 1024
 
 
-#: Objects the garbage collector tracks per message of a running batch, with room to spare:
-#: an event read keeps about five alive (its RecordedEvent, data and metadata dicts, typed
-#: event and that one's metadata) until its batch ends.
-TRACKED_PER_MESSAGE = 10
+class _LoopState:
+    """What the worker's loop carries from one round to the next."""
 
+    __slots__ = ("dirty", "idle_after", "last_work", "linger_poll", "next_sweep", "sweep_interval")
 
-@contextlib.contextmanager
-def young_generation_for(batch_size: int):
-    """Raise the garbage collector's first threshold, for the block, above what one batch keeps
-    alive (TRACKED_PER_MESSAGE * ``batch_size``), and restore it after.
-
-    A batch's objects live until the batch ends and then die together. At CPython's default
-    (700 net allocations), a batch of 1,000 events set off about nine collections, each walking
-    every object of the batch still alive, and promoted them until full collections walked the
-    whole process (Django's objects too): a fifth of a subscription's catch-up time went there
-    (measured with gc.callbacks, docs/benchmarks.md). Above one batch, the batch's objects are
-    freed by their reference counts before a collection comes due. Cycles a handler leaves
-    behind are still collected, only after more allocations. A threshold of 0 (automatic
-    collection off) or one already higher is left alone."""
-    before = gc.get_threshold()
-    wanted = TRACKED_PER_MESSAGE * batch_size
-    if before[0] == 0 or before[0] >= wanted:
-        yield
-        return
-    gc.set_threshold(wanted, *before[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*before)
+    def __init__(self, source_count: int) -> None:
+        settings = conf.get()
+        #: Sources to claim from; all at start: rows stored while no worker ran are due now.
+        self.dirty = set(range(source_count))
+        self.sweep_interval = settings.SWEEP_INTERVAL
+        self.next_sweep = time.monotonic() + self.sweep_interval
+        self.idle_after = settings.IDLE_AFTER
+        self.last_work = 0.0
+        self.linger_poll = wake.LINGER_POLL
 
 
 class Worker:
@@ -185,7 +180,10 @@ class Worker:
             logger.info("pgmsg worker %s: stop signal during start-up", os.getpid())
             self.stop()
         try:
-            with young_generation_for(self.batch_size):
+            with (
+                young_generation.young_generation_for(self.batch_size),
+                keepalive.on(connections[self.database]),
+            ):
                 self._run()
         finally:
             for signum, handler in previous.items():
@@ -209,13 +207,22 @@ class Worker:
                     raise  # a one-shot run reports the error instead of waiting it out
                 # Lost connections, a restarting server, a migration not applied yet: the rows
                 # are safe in the database, so wait and carry on.
+                message, error = "pgmsg worker %s: database error, reconnecting in %.1fs: %s", exc
+                silence = keepalive.silence_in(exc)
+                if silence is not None:  # the kernel's keepalives or tcp_user_timeout gave up
+                    error = silence
+                    message = (
+                        "pgmsg worker %s: connection to PostgreSQL lost: no answer for "
+                        f"{conf.get().CONNECTION_DEAD_AFTER:g} s (network partition?); "
+                        "reconnecting in %.1fs: %s"
+                    )
                 logger.warning(
-                    "pgmsg worker %s: database error, reconnecting in %.1fs: %s",
+                    message,
                     os.getpid(),
                     self._reconnect_delay,
-                    exc,
+                    error,
                 )
-                metrics.reconnected()
+                instruments.reconnected()
                 self._close()
                 self._sleep(self._reconnect_delay)
                 # Doubles while reconnecting keeps failing; _loop resets it once a round of
@@ -233,35 +240,17 @@ class Worker:
         self.stopping = True
 
     def _loop(self) -> None:
-        # Start-up sweep: rows stored while no worker ran are due now.
-        dirty = set(range(len(self.sources)))
-        sweep_interval = conf.get().SWEEP_INTERVAL
-        next_sweep = time.monotonic() + sweep_interval
-        idle_after, last_work, linger_poll = conf.get().IDLE_AFTER, 0.0, wake.LINGER_POLL
+        """Claim from the sources with work, then, with none left, declare idle and sleep until
+        a wake-up, a sweep or a due source. Every step runs once per round of batches."""
+        loop = _LoopState(len(self.sources))
         while not self.stopping:
-            claimed = 0
-            for index in sorted(dirty):
-                if self.stopping:
-                    return
-                source = self.sources[index]
-                count = self.process(source)
-                metrics.claimed(source.label, count)
-                claimed += count
-                if count < self.batch_size:
-                    dirty.discard(index)
+            claimed = self._claim_round(loop)
+            if self.stopping:
+                return
             self._reconnect_delay = RECONNECT_DELAY  # the database answered: reconnected
-            # Wake-ups (pgmsg/core/wake.py): work found moments after other work, or a full
-            # batch, is a stream: busy again, producers stop NOTIFYing. A message on its own,
-            # found while idle, leaves the declaration as it is (its producers kept waking this
-            # worker), so that the worker goes back to sleep at once: no withdrawal, lingering
-            # looks, declaration and last look around every message that comes alone.
             if claimed:
-                stream = bool(dirty) or time.monotonic() - last_work < idle_after
-                last_work, linger_poll = time.monotonic(), wake.LINGER_POLL
-                if self._idle.declared and (stream or not self._idle.settled):
-                    with connections[self.database].cursor() as cursor:
-                        self._idle.withdraw(cursor)
-            if dirty:
+                self._found_work(loop)
+            if loop.dirty:
                 self._write_counts()  # at most once a second while busy
                 continue
             if self.until_idle:
@@ -270,41 +259,83 @@ class Worker:
             self._write_counts()  # when due; a write not due yet shortens the sleep below
             # Work came moments ago: keep looking (after 1, 2, 4, ... ms) for IDLE_AFTER before
             # declaring idle, so that a steady stream of producers never has to NOTIFY.
-            lingering = not self._idle.declared and time.monotonic() - last_work < idle_after
-            # About to sleep: declare idle. Once the barrier passes, every table gets one more
-            # look (a producer that checked before the declaration has committed by then); while
-            # producers are mid-transaction it is retried after a short pause instead.
-            connection = connections[self.database].connection
-            if self._idle.declared and not self._idle.held_by(connection):
-                self._idle.lost()  # a handler closed the connection: declare on the new one
-            if not lingering and not self._idle.settled:
-                with connections[self.database].cursor() as cursor:
-                    recheck = self._idle.declare(cursor)
-                if recheck:
-                    dirty.update(range(len(self.sources)))
-                    continue
-            timeout = next_sweep - time.monotonic()
-            if lingering:
-                since_work = time.monotonic() - last_work
-                timeout = min(timeout, linger_pause(since_work, idle_after, linger_poll))
-                linger_poll *= 2
-            elif not self._idle.settled:
-                timeout = min(timeout, self._idle.poll_delay())
-            for source in [] if lingering else self.sources:
-                due = source.seconds_until_due(self)
-                if due is not None:
-                    timeout = min(timeout, max(due, 0.0))
-            counts_due = self.tally.seconds_until_flush() if self.tally is not None else None
-            if counts_due is not None:
-                timeout = min(timeout, counts_due)
-            for payload, channel in self._wait(max(timeout, 0.0)):
-                if channel == wake.WAKE_CHANNEL:
-                    dirty.update(i for i, s in enumerate(self.sources) if s.wants(payload))
-                else:
-                    self._notify_routes[channel].on_notify(self, channel, payload)
-            if lingering or time.monotonic() >= next_sweep or timeout <= 0:
-                dirty.update(range(len(self.sources)))
-                next_sweep = time.monotonic() + sweep_interval
+            lingering = (
+                not self._idle.declared and time.monotonic() - loop.last_work < loop.idle_after
+            )
+            if self._declare_idle(lingering):
+                loop.dirty.update(range(len(self.sources)))
+                continue
+            timeout = self._sleep_time(loop, lingering)
+            self._take_wakeups(loop, timeout)
+            if lingering or time.monotonic() >= loop.next_sweep or timeout <= 0:
+                loop.dirty.update(range(len(self.sources)))
+                loop.next_sweep = time.monotonic() + loop.sweep_interval
+
+    def _claim_round(self, loop: _LoopState) -> int:
+        """One batch from each source marked dirty; a source stays dirty while its batches come
+        back full. Returns how many rows were claimed (stops early when asked to stop)."""
+        claimed = 0
+        for index in sorted(loop.dirty):
+            if self.stopping:
+                break
+            source = self.sources[index]
+            count = self.process(source)
+            instruments.claimed(source.label, count)
+            claimed += count
+            if count < self.batch_size:
+                loop.dirty.discard(index)
+        return claimed
+
+    def _found_work(self, loop: _LoopState) -> None:
+        # Wake-ups (pgmsg/core/wake.py): work found moments after other work, or a full
+        # batch, is a stream: busy again, producers stop NOTIFYing. A message on its own,
+        # found while idle, leaves the declaration as it is (its producers kept waking this
+        # worker), so that the worker goes back to sleep at once: no withdrawal, lingering
+        # looks, declaration and last look around every message that comes alone.
+        stream = bool(loop.dirty) or time.monotonic() - loop.last_work < loop.idle_after
+        loop.last_work, loop.linger_poll = time.monotonic(), wake.LINGER_POLL
+        if self._idle.declared and (stream or not self._idle.settled):
+            with connections[self.database].cursor() as cursor:
+                self._idle.withdraw(cursor)
+
+    def _declare_idle(self, lingering: bool) -> bool:
+        """About to sleep: declare idle. Once the barrier passes, every table gets one more
+        look (a producer that checked before the declaration has committed by then): True
+        then. While producers are mid-transaction it is retried after a short pause instead."""
+        connection = connections[self.database].connection
+        if self._idle.declared and not self._idle.held_by(connection):
+            self._idle.lost()  # a handler closed the connection: declare on the new one
+        if lingering or self._idle.settled:
+            return False
+        with connections[self.database].cursor() as cursor:
+            return bool(self._idle.declare(cursor))
+
+    def _sleep_time(self, loop: _LoopState, lingering: bool) -> float:
+        """Until the next sweep, lingering look, idle retry, due source or counts write."""
+        timeout = loop.next_sweep - time.monotonic()
+        if lingering:
+            since_work = time.monotonic() - loop.last_work
+            timeout = min(timeout, linger_pause(since_work, loop.idle_after, loop.linger_poll))
+            loop.linger_poll *= 2
+        elif not self._idle.settled:
+            timeout = min(timeout, self._idle.poll_delay())
+        for source in [] if lingering else self.sources:
+            due = source.seconds_until_due(self)
+            if due is not None:
+                timeout = min(timeout, max(due, 0.0))
+        counts_due = self.tally.seconds_until_flush() if self.tally is not None else None
+        if counts_due is not None:
+            timeout = min(timeout, counts_due)
+        return timeout
+
+    def _take_wakeups(self, loop: _LoopState, timeout: float) -> None:
+        """Wait up to ``timeout`` for NOTIFYs: mark the sources a wake-up names, hand
+        broadcast channels' payloads to their source."""
+        for payload, channel in self._wait(max(timeout, 0.0)):
+            if channel == wake.WAKE_CHANNEL:
+                loop.dirty.update(i for i, s in enumerate(self.sources) if s.wants(payload))
+            else:
+                self._notify_routes[channel].on_notify(self, channel, payload)
 
     def withdraw_claim(self) -> None:
         claims.withdraw(self)
@@ -316,11 +347,14 @@ class Worker:
         try:
             return source.process_batch(self)
         except batch.Redo:  # its claim was withdrawn before the rollback (withdraw_claim)
-            self.careful = True
-            try:
-                return source.process_batch(self)
-            finally:
-                self.careful = False
+            pass
+        # Outside the except block: run there, every handler error of the careful pass would
+        # chain the Redo (and the first failing message's error) as its __context__.
+        self.careful = True
+        try:
+            return source.process_batch(self)
+        finally:
+            self.careful = False
 
     def _wait(self, timeout: float) -> list[tuple[str, str]]:
         # Short slices keep a stop request (signal) from waiting out a long sweep interval.
@@ -375,6 +409,10 @@ class Worker:
         except psycopg.Error as exc:  # kept in the tally: written after the reconnect
             logger.warning("pgmsg worker %s: throughput counts not written: %s", os.getpid(), exc)
         self._idle.lost()  # the idle locks live on the Django connection closed below
+        for source in self.sources:
+            close = getattr(source, "close", None)  # a source with connections of its own
+            if close is not None:
+                close()
         self.record_in_flight = None  # its answer goes with the side connection
         if self._listen_conn is not None:
             try:

@@ -1,5 +1,5 @@
 -- name: append
--- The one-statement append (pgmsg_append, migration 0018_event_appends): the stream's new
+-- The one-statement append (pgmsg_append, functions.sql): the stream's new
 -- version, or NULL on a version mismatch (nothing written); a stored message id fails the
 -- call (unique violation). Either way the caller looks closer. Being one statement, it needs
 -- no transaction of its own. The arrays go as binary parameters.

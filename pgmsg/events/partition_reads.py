@@ -10,7 +10,7 @@ from pgmsg.events.subscriptions import QUERIES, Subscription, read_function
 #: the horizon the read used is in the partition's row, at HORIZON_USED, ...
 EVENT_END = 16
 HORIZON_USED = 16
-#: ... and whether a claim of events whose batch died is on record (migration 0029): only
+#: ... and whether a claim of events whose batch died is on record (functions.sql): only
 #: then must the batch's handlers wait for its claim record's answer (core/claims.py).
 CRASH_ON_RECORD = 17
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from django.db import connections
 
-from pgmsg.core import conf, errors, horizon
+from pgmsg.core import asynchrony, conf, errors, horizon
 from pgmsg.events.names import validate_category, validate_stream_name
 from pgmsg.events.store import (
     QUERIES,
@@ -93,6 +93,10 @@ def read_all(
         return read_ordered(
             cursor, after=after, xmin=xmin, category=category, types=types, limit=limit
         )
+
+
+aread_stream = asynchrony.awaitable(read_stream)
+aread_all = asynchrony.awaitable(read_all)
 
 
 def read_horizon(cursor) -> int:

@@ -11,12 +11,11 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, NamedTuple, dataclass_transform
 
-import psycopg
 from django.conf import settings
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
-from pgmsg.core import batch, conf, errors, libpq, payload_types, payloads, sends, sql
+from pgmsg.core import asynchrony, batch, conf, errors, payload_types, payloads, schema, sql, wire
 from pgmsg.core.ids import uuid7
 from pgmsg.events.names import category_of, is_type_name, validate_stream_name
 
@@ -139,8 +138,8 @@ class Checkpoint(NamedTuple):
 #: Before the first event.
 START = Checkpoint(0, 0)
 
-#: A message id stored already, as Django or psycopg raises it.
-_STORED_ID = (IntegrityError, psycopg.IntegrityError)
+#: A message id stored already, as Django raises it (wire.send's errors are Django's).
+_STORED_ID = IntegrityError
 
 
 def as_checkpoint(value: Any) -> Checkpoint:
@@ -265,6 +264,30 @@ def append(
     if not given:
         raise errors.PayloadError(f"append to {stream!r}: no events given")
     expected = _check_expected(expected_version)
+    types, data, metadata, ids = _columns(stream, given)
+    params = {
+        "stream": stream,
+        "category": category_of(stream),
+        "types": types,
+        "data": data,
+        "metadata": metadata,
+        "ids": ids,
+    }
+    db = conf.get().DATABASE
+    connection = connections[db]
+    version = _append_at_once(connection, db, params, expected)
+    if version is not None:
+        return version
+    # A version mismatch or a stored message id: decide with the stream locked.
+    return _append_locked(connection, db, params, expected, expected_version)
+
+
+aappend = asynchrony.awaitable(append)
+
+
+def _columns(stream: str, given: list[Event]) -> tuple[list, list, list, list]:
+    """The events as the append statement's arrays: types, data, metadata, message ids (each
+    event checked, and following the event being handled, if any)."""
     types, data, metadata, ids = [], [], [], []
     cause = _cause.get()
     validate = conf.get().VALIDATE_ON_SEND
@@ -294,30 +317,32 @@ def append(
             f"append to {stream!r}: a message id appears twice: "
             f"{sorted(str(i) for i in ids if ids.count(i) > 1)}"
         )
+    return types, data, metadata, ids
 
-    params = {
-        "stream": stream,
-        "category": category_of(stream),
-        "types": types,
-        "data": data,
-        "metadata": metadata,
-        "ids": ids,
-    }
-    db = conf.get().DATABASE
-    connection = connections[db]
+
+def _append_at_once(connection, db: str, params: dict, expected: int | Expect) -> int | None:
+    """The one statement, checking the expected version itself: the new version, or None on
+    a version mismatch or a stored message id (nothing written)."""
     try:
         if connection.get_autocommit():
             # No transaction open: the one statement is atomic by itself, and a failed one
             # wrote nothing; BEGIN and COMMIT would only add two round trips.
-            version = _insert(connection, params, None if expected is ANY else expected)
-        else:
-            with transaction.atomic(using=db):
-                version = _insert(connection, params, None if expected is ANY else expected)
-        if version is not None:
-            return version
+            return _insert(connection, params, None if expected is ANY else expected)
+        with transaction.atomic(using=db):
+            return _insert(connection, params, None if expected is ANY else expected)
     except _STORED_ID:
-        pass  # a stored message id: the statement (or its savepoint) wrote nothing
-    # A version mismatch or a stored message id: decide with the stream locked.
+        return None  # a stored message id: the statement (or its savepoint) wrote nothing
+    except schema.ERRORS as exc:  # no query beforehand: the hot path is measured
+        schema.translate(exc, db)
+        raise
+
+
+def _append_locked(
+    connection, db: str, params: dict, expected: int | Expect, expected_version: int | Expect
+) -> int:
+    """The append again with the stream locked: a retried call's stored version, a
+    ConcurrencyError, or the events written."""
+    stream, ids = params["stream"], params["ids"]
     with transaction.atomic(using=db), connection.cursor() as cursor:
         cursor.execute(QUERIES["lock_stream"], {"stream": stream})
         current = cursor.fetchone()[0]
@@ -340,9 +365,25 @@ def append(
         return version
 
 
-#: QUERIES["append"] as libpq takes it (libpq.one_value), its parameters in _insert's order.
-_APPEND_STATEMENT = sql.numbered(
-    QUERIES["append"], ["stream", "category", "types", "data", "metadata", "ids", "expected"]
+def _values(params: dict, encoding: str) -> list[str | bytes | None]:
+    """The append statement's parameters as libpq takes them (the arrays binary)."""
+    expected = params["expected"]
+    return [
+        params["stream"],
+        params["category"],
+        wire.text_array(params["types"], encoding),
+        wire.text_array(params["data"], encoding),
+        wire.text_array(params["metadata"], encoding),
+        wire.uuid_array(params["ids"]),
+        None if expected is None else str(expected),
+    ]
+
+
+#: append()'s statement, its parameters in _insert's order.
+_APPEND = wire.Statement(
+    QUERIES["append"],
+    ["stream", "category", "types", "data", "metadata", "ids", "expected"],
+    values=_values,
 )
 
 
@@ -350,40 +391,14 @@ def _insert(connection, params: dict, expected: int | None) -> int | None:
     """Run the one-statement append on Django ``connection``; the new version, or None on a
     version mismatch (nothing written). A stored message id raises an IntegrityError.
 
-    On Django's connection (same session, same transaction), below Django's cursor, the arrays
-    as binary parameters: quoted into the text element by element they were a third of the
-    Python time of a 100-event append. Through libpq as notify() is sent (sends.send_value:
-    psycopg's cursor and its array dumpers took about 60 us of a one-event append's 170 us
-    of client CPU), and on a connection that went that way before, through its shorter path
-    (sends.kept_send), which repeats only the checks that can change between calls; else
-    through a psycopg cursor that binds on the server (libpq.watched)."""
-    version = sends.kept_send(
-        connection, _APPEND_STATEMENT, lambda encoding: _values(params, expected, encoding)
-    )
-    if version is not sends.NOT_SENT:
-        return version
-    sends.cursor_checks(connection)
-    conn = connection.connection
-    if not libpq.watched(connection) and libpq.can_send(conn):
-        values = _values(params, expected, conn.info.encoding)
-        with connection.wrap_database_errors:
-            return sends.send_value(connection, conn, _APPEND_STATEMENT, values)
-    with psycopg.Cursor(conn) as cursor:
-        cursor.execute(QUERIES["append"], {**params, "expected": expected})
-        return cursor.fetchone()[0]
-
-
-def _values(params: dict, expected: int | None, encoding: str) -> list[str | bytes | None]:
-    """_APPEND_STATEMENT's parameters as libpq takes them (the arrays binary)."""
-    return [
-        params["stream"],
-        params["category"],
-        libpq.text_array(params["types"], encoding),
-        libpq.text_array(params["data"], encoding),
-        libpq.text_array(params["metadata"], encoding),
-        libpq.uuid_array(params["ids"]),
-        None if expected is None else str(expected),
-    ]
+    Through the wire layer's ladder (wire.send), as notify() is sent: where nobody watches
+    Django's cursor, below it on Django's connection (same session, same transaction), the
+    arrays as binary parameters: quoted into the text element by element they were a third of
+    the Python time of a 100-event append, and psycopg's cursor and its array dumpers took
+    about 60 us of a one-event append's 170 us of client CPU. Where someone watches it
+    (an execute wrapper, query logging, SEND_THROUGH_DJANGO_CURSOR), through Django's
+    cursor."""
+    return wire.send(connection, _APPEND, {**params, "expected": expected})
 
 
 def _check_expected(expected: Any) -> int | Expect:

@@ -9,12 +9,22 @@ from typing import Any, Literal
 
 from psycopg import sql as pgsql
 
-from pgmsg.core import errors, horizon, names, sql
+from pgmsg.core import asynchrony, errors, horizon, locks, names, sql
 from pgmsg.events import names as event_names
 from pgmsg.events import store as events
 from pgmsg.events.store import RecordedEvent
 
 QUERIES = sql.load(__package__, "subscriptions.sql")
+#: The CREATE FUNCTION template of a partition's read function (partition_read): the text of
+#: pgmsg_read_partition (functions.sql) up to its read of the events, then that read with the
+#: partition's bucket (subscriptions.sql, partition_read_events).
+_READ_ONE = sql.functions(__package__)["pgmsg_read_partition"]
+PARTITION_READ = (
+    _READ_ONE[: _READ_ONE.index("    IF category_name IS NULL THEN\n")].replace(
+        "FUNCTION pgmsg_read_partition(", "FUNCTION {name}(", 1
+    )
+    + QUERIES["partition_read_events"]
+)
 
 WAKE_PREFIX = "events"
 #: Errors that retrying cannot mend: the partition stops at once.
@@ -90,12 +100,12 @@ class Subscription:
         ] or [None]
 
         def decorator(func: Handler) -> Handler:
-            key = _qualname(func)
+            key, run = _qualname(func), asynchrony.in_worker_thread(func)
             for name in names:
                 funcs = self.handlers.setdefault(name, [])
                 # A module imported twice must not register twice.
                 funcs[:] = [f for f in funcs if _qualname(f) != key]
-                funcs.append(func)
+                funcs.append(run)
             return func
 
         return decorator
@@ -233,16 +243,16 @@ def read_function(sub: Subscription) -> str:
     if sub.partitions == 1:
         return "pgmsg_read_partition"
     # The function's text is part of its name: a pgmsg whose function differs makes its own.
-    shape = _index_shape(sub) + QUERIES["create_partition_read"]
+    shape = _index_shape(sub) + PARTITION_READ
     return f"pgmsg_read_part_{sub.partitions}_{_digest(shape)}"
 
 
 def partition_read(sub: Subscription) -> pgsql.Composed | None:
-    """The CREATE FUNCTION statement of read_function(sub) (None for one partition: migration
-    0020 made pgmsg_read_partition)."""
+    """The CREATE FUNCTION statement of read_function(sub) (None for one partition:
+    pgmsg_read_partition, events/functions.sql)."""
     if sub.partitions == 1:
         return None
-    return pgsql.SQL(QUERIES["create_partition_read"]).format(
+    return pgsql.SQL(PARTITION_READ).format(
         name=pgsql.Identifier(read_function(sub)),
         category=pgsql.SQL("ev.category = category_name AND " if sub.category is not None else ""),
         key=_bucket_key(sub),
@@ -285,7 +295,7 @@ def ensure_partition_reads(sub: Subscription, cursor) -> None:
     has_index, has_function = cursor.fetchone()
     if has_index and has_function:
         return
-    cursor.execute(QUERIES["lock_partition_indexes"])
+    cursor.execute(QUERIES["lock_partition_indexes"], {"lock_class": locks.PARTITION_READS})
     if not has_function:
         cursor.execute(partition_read(sub))
     if has_index:

@@ -20,7 +20,7 @@ SELECT to_regclass(%(index)s) IS NOT NULL, to_regproc(%(function)s) IS NOT NULL;
 -- name: lock_partition_indexes
 -- One creator of partition indexes and read functions at a time (two workers starting
 -- together would otherwise race to create the same index, or to replace the same function).
-SELECT pg_advisory_xact_lock(1885826371, 0);
+SELECT pg_advisory_xact_lock(%(lock_class)s, 0);
 
 -- name: create_partition_index
 -- A format template (names and literals filled in by subscriptions.partition_index, never from
@@ -31,77 +31,16 @@ SELECT pg_advisory_xact_lock(1885826371, 0);
 CREATE INDEX IF NOT EXISTS {name} ON pgmsg_event
     ({leading}abs(mod(hashtextextended({key}, 0), {partitions})), transaction_id, position);
 
--- name: create_partition_read
+-- name: partition_read_events
 -- A format template (filled in by subscriptions.partition_read, names and literals never from
--- a parameter): the function through which a subscription of more than one partition holds a
--- partition and reads its events. pgmsg_read_partition (migrations 0019, 0020, 0029) with the
--- partition's bucket as one more condition, written as the partition index
--- (create_partition_index) has it, so that the plan the session keeps reads one range of that
--- index: as a parameter the bucket count and key would not match the index's literals, and a
--- statement with them as literals is parsed and planned on every read (0.6 to 1 ms).
--- Subscriptions that share an index share its function; its name changes with this text.
-CREATE OR REPLACE FUNCTION {name}(
-    subscription_name text, partition_number int, horizon text, category_name text,
-    type_names text[], batch_limit int, floor_at timestamptz, floor_xid bigint,
-    floor_oids bigint[], floor_seals text[], floor_lowest timestamptz
-) RETURNS TABLE (
-    id bigint, checkpoint_transaction bigint, checkpoint_position bigint, attempts int,
-    xid bigint, archived text, floor_ok boolean, event_position bigint, event_xid text,
-    stream_name text, version int, type text, data text, metadata text, message_id uuid,
-    recorded_at_us bigint, horizon_used bigint, crash_on_record boolean
-)
-LANGUAGE plpgsql
-SET plan_cache_mode = force_generic_plan
-AS $fn$
-#variable_conflict use_column
-DECLARE
-    -- NULL: read it now, in a statement (and snapshot) before the lock's and the read's.
-    below xid8 := coalesce(horizon, pgmsg_read_horizon()::text)::xid8;
-    since timestamptz := coalesce(floor_at, '-infinity');
-    after_xid xid8;
-    after_position bigint;
-BEGIN
-    -- Hold the partition: no row when another worker holds it, or it is stopped or backing
-    -- off. FOR UPDATE returns its latest committed checkpoint; locking gives this transaction
-    -- its id, returned for the batch's claim record (pgmsg/core/claims.py). archived: the
-    -- first archive (pgmsg_archive --force) holding events after the checkpoint, where the
-    -- partition must stop rather than pass over them. floor_ok: whether the read floor holds
-    -- for this checkpoint (events/partitions.py; the caller reads again without it if not).
-    -- crash_on_record: a claim of events whose batch died is on record (claims.py; when none
-    -- is, no event read can be a suspect, and the handlers need not wait for the record).
-    SELECT p.id, p.checkpoint_transaction, p.checkpoint_position, p.attempts,
-           pg_current_xact_id()::text::bigint,
-           (SELECT a.partition || ' (archived to ' || a.path || ')'
-            FROM pgmsg_archive AS a
-            WHERE a.status = 'archived' AND a.end_transaction_id IS NOT NULL
-              AND (a.end_transaction_id, a.end_position)
-                  > (p.checkpoint_transaction, p.checkpoint_position)
-            ORDER BY a.lower
-            LIMIT 1),
-           (floor_at IS NULL
-            OR (p.checkpoint_transaction >= floor_xid
-                AND (SELECT count(*) FROM pg_constraint AS c
-                     JOIN unnest(floor_oids, floor_seals) AS s(relation, name)
-                       ON c.conrelid = s.relation::oid AND c.conname = s.name
-                     WHERE c.contype = 'c') = cardinality(floor_oids)
-                AND NOT EXISTS (SELECT FROM pgmsg_event AS earlier
-                                WHERE earlier.recorded_at < floor_lowest))),
-           EXISTS (SELECT FROM pgmsg_claim AS k
-                   WHERE k.kind = 'event'
-                     AND pg_xact_status(k.transaction_id::text::xid8) = 'aborted')
-    INTO id, checkpoint_transaction, checkpoint_position, attempts, xid, archived, floor_ok,
-         crash_on_record
-    FROM pgmsg_subscription_partition AS p
-    WHERE p.subscription = subscription_name AND p.partition = partition_number
-      AND p.status = 'active' AND p.next_attempt_at <= now()
-    FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN
-        RETURN;
-    END IF;
-    horizon_used := below::text::bigint;
-    RETURN NEXT;  -- the partition's row: its columns and the horizon, the event columns NULL
-    after_xid := checkpoint_transaction::text::xid8;
-    after_position := checkpoint_position;
+-- a parameter): how the function through which a subscription of more than one partition
+-- holds a partition reads its events. The function is pgmsg_read_partition's text
+-- (functions.sql) up to its read of the events, then this: its read with the partition's
+-- bucket as one more condition, written as the partition index (create_partition_index) has
+-- it, so that the plan the session keeps reads one range of that index: as a parameter the
+-- bucket count and key would not match the index's literals, and a statement with them as
+-- literals is parsed and planned on every read (0.6 to 1 ms). Subscriptions that share an
+-- index share its function; its name changes with its text.
     -- Its events after the checkpoint, below the horizon, in read order (the partition's
     -- columns NULL). The floor (since) prunes months when the executor starts.
     RETURN QUERY
@@ -118,7 +57,7 @@ BEGIN
       AND (type_names IS NULL OR ev.type = ANY(type_names))
     ORDER BY ev.transaction_id, ev.position
     LIMIT batch_limit;
-END $fn$;
+END $$;
 
 -- name: analyze_events
 -- Statistics of every month's events, with the expressions of the partition indexes.
@@ -140,9 +79,9 @@ ORDER BY p.partition;
 
 -- name: read_partition
 -- Hold one partition for this transaction and read its next events, in one statement (one
--- round trip) through the partition's read function: pgmsg_read_partition (migrations 0019,
--- 0020 and 0029) for a subscription of one partition, the one create_partition_read made for
--- more (subscriptions.read_function names it; {function} is filled in with that name). A
+-- round trip) through the partition's read function: pgmsg_read_partition
+-- (functions.sql) for a subscription of one partition, the one subscriptions.partition_read
+-- made for more (subscriptions.read_function names it; {function} is filled in with that name). A
 -- function keeps its statements' plans for the session: no parse and plan per read. The
 -- partition's columns come once, in the first row (its event columns NULL), then the events
 -- (the partition's columns NULL). With %(xmin)s NULL, the function reads the read horizon

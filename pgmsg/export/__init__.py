@@ -1,7 +1,7 @@
 """Export to Parquet with Spark: the table registry, planning, Spark set-up, the data source,
 output paths, watermarks, batch runs, the streaming follow export and the lake report.
 
-Names are re-exported lazily so that ``pgmsg.export.source`` imports without Django (Spark's
+Names are re-exported lazily so that ``pgmsg.export.spark_source`` imports without Django (Spark's
 Python workers load it) and nothing here imports models before Django is ready.
 """
 

@@ -20,7 +20,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 from psycopg import sql as pgsql
 
-from pgmsg.core import conf, errors, partitions, sql
+from pgmsg.core import conf, errors, locks, partitions, sql
 from pgmsg.export import output, run, session, tables
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def archive(
     A partition holding events that a subscription has not passed yet (its checkpoint is
     before the partition's last event) is not archived: ArchiveError names the subscription.
     ``force`` archives it anyway; that subscription then stops at the archived range instead
-    of passing over it (pgmsg/events/subscription_source.py, docs/storage.md)."""
+    of passing over it (pgmsg/events/source.py, docs/storage.md)."""
     echo = echo or logger.info
     if timezone.is_naive(before):
         raise errors.ArchiveError(f"archive: --before needs a time zone, got {before!r}")
@@ -96,7 +96,7 @@ def archive(
 def _exclusive() -> Iterator[None]:
     """Hold the cluster's archive lock, or raise ArchiveRunning."""
     with connections[conf.get().DATABASE].cursor() as cursor:
-        cursor.execute(QUERIES["try_lock"])
+        cursor.execute(QUERIES["try_lock"], {"lock_class": locks.ARCHIVE})
         if not cursor.fetchone()[0]:
             raise errors.ArchiveRunning(
                 "archive: another pgmsg_archive run holds the archive lock; nothing was done"
@@ -105,7 +105,7 @@ def _exclusive() -> Iterator[None]:
         yield
     finally:
         with connections[conf.get().DATABASE].cursor() as cursor:
-            cursor.execute(QUERIES["unlock"])
+            cursor.execute(QUERIES["unlock"], {"lock_class": locks.ARCHIVE})
 
 
 def _archive_one(

@@ -34,7 +34,7 @@ ORDER BY subscription;
 -- name: try_lock
 -- One archive run at a time in the cluster (cron, an operator, workers' periodic runs): a
 -- session lock, held until unlock or the end of the session (a killed run lets go of it).
-SELECT pg_try_advisory_lock(1885826372, 0);
+SELECT pg_try_advisory_lock(%(lock_class)s, 0);
 
 -- name: unlock
-SELECT pg_advisory_unlock(1885826372, 0);
+SELECT pg_advisory_unlock(%(lock_class)s, 0);

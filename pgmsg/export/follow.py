@@ -24,17 +24,12 @@ from django.db import connections
 from psycopg import sql as pgsql
 
 from pgmsg.core import conf, errors
-from pgmsg.export import output, planning, reading, session, source, tables, watermarks
+from pgmsg.export import output, planning, reading, session, spark_source, tables, watermarks
+from pgmsg.export.choices import DEFAULT_MAX_ROWS_PER_BATCH, DEFAULT_TRIGGER_SECONDS
 
 logger = logging.getLogger(__name__)
 
 QUERIES = reading.QUERIES
-#: Seconds between micro-batches: a row waits at most this long before its batch starts, so
-#: with batches of about a second (2,000 rows/s, bench/export.py) it stays seconds behind.
-DEFAULT_TRIGGER_SECONDS = 1.0
-#: Most rows per micro-batch by default: catching up a backlog commits files (and prints
-#: progress) every million rows instead of once at the end of one huge batch.
-DEFAULT_MAX_ROWS_PER_BATCH = 1_000_000
 #: Where the warm-up writes its empty dataset, under the checkpoint directory.
 WARM_UP = "_warm_up"
 
@@ -102,6 +97,42 @@ def follow(
     using = using or conf.get().DATABASE
     master = master or conf.get().EXPORT_SPARK_MASTER
     stop = stop or threading.Event()
+    specs, fields = _followed_tables(
+        tables, trigger_seconds, max_rows_per_batch, partition_by, flatten, using
+    )
+    if spark is None:
+        session.check(master)
+    conninfo = database_url or planning.conninfo_of(using)
+    streams = _streams(
+        specs, output_path, checkpoint, conninfo, partition_by, fields, max_rows_per_batch, using
+    )
+    output.check_writable(output_path)
+    output.check_writable(checkpoint)
+    for stream in streams:
+        _check_dataset(stream)
+    lock = watermarks.locked(using, f"pgmsg_export_follow:{checkpoint}", holder="follow export")
+    with lock, _signals(stop, install_signal_handlers):
+        for stream in streams:
+            for orphan in output.remove_uncommitted(stream.path):
+                echo(
+                    f"{stream.spec.name}: removed {orphan}, written by a batch that never committed"
+                )
+        spark = _spark_for(spark, master, spark_conf, echo)
+        try:
+            _start_all(spark, streams, checkpoint, trigger_seconds, master, echo)
+            while not stop.is_set():
+                for stream in streams:
+                    _report(stream, echo, using, on_progress)
+                    _check_active(stream, spark, master)
+                stop.wait(0.2)
+        finally:
+            _stop(streams, echo, using, on_progress)
+    echo("stopped following")
+
+
+def _followed_tables(tables, trigger_seconds, max_rows_per_batch, partition_by, flatten, using):
+    """Refuse bad options; the tables to follow (named, or each incremental one) and the
+    fields to flatten."""
     if not trigger_seconds > 0:
         raise errors.ExportError(f"export: the trigger interval must be > 0, got {trigger_seconds}")
     if max_rows_per_batch is not None and max_rows_per_batch < 1:
@@ -121,9 +152,13 @@ def follow(
         )
     if not specs:
         raise errors.ExportError("export: no incremental table to follow: run `manage.py migrate`")
-    if spark is None:
-        session.check(master)
-    conninfo = database_url or planning.conninfo_of(using)
+    return specs, fields
+
+
+def _streams(
+    specs, output_path, checkpoint, conninfo, partition_by, fields, max_rows_per_batch, using
+) -> list[Stream]:
+    """One Stream per table: what it reads, where it writes, its checkpoint."""
     streams = []
     with connections[using].cursor() as cursor:
         for spec in specs:
@@ -147,53 +182,47 @@ def follow(
                     partition_column=partition_column,
                 )
             )
-    output.check_writable(output_path)
-    output.check_writable(checkpoint)
+    return streams
+
+
+def _spark_for(spark: Any, master: str, spark_conf, echo: Callable[[str], None]) -> Any:
+    """The Spark session given (prepared), or one started."""
+    if spark is not None:
+        session.prepare(spark)
+        return spark
+    started = time.monotonic()
+    spark = session.start_spark(master, spark_conf or {}, name="pgmsg-export-follow")
+    echo(
+        f"Spark started in {time.monotonic() - started:.1f}s "
+        f"({spark.sparkContext.master}, application {spark.sparkContext.applicationId})"
+    )
+    return spark
+
+
+def _start_all(spark, streams: list[Stream], checkpoint, trigger_seconds, master, echo) -> None:
+    """Warm the executors up, then start one streaming query per table."""
+    try:
+        _warm_up(spark, streams[0], checkpoint)
+    except Exception as exc:
+        raise errors.ExportError(
+            f"export: reading {streams[0].spec.name} before following it failed: "
+            + session.failure(exc, spark, master)
+        ) from exc
     for stream in streams:
-        _check_dataset(stream)
-    lock = watermarks.locked(using, f"pgmsg_export_follow:{checkpoint}", holder="follow export")
-    with lock, _signals(stop, install_signal_handlers):
-        for stream in streams:
-            for orphan in output.remove_uncommitted(stream.path):
-                echo(
-                    f"{stream.spec.name}: removed {orphan}, written by a batch that never committed"
-                )
-        if spark is None:
-            started = time.monotonic()
-            spark = session.start_spark(master, spark_conf or {}, name="pgmsg-export-follow")
-            echo(
-                f"Spark started in {time.monotonic() - started:.1f}s "
-                f"({spark.sparkContext.master}, application {spark.sparkContext.applicationId})"
-            )
-        else:
-            session.prepare(spark)
-        try:
-            try:
-                _warm_up(spark, streams[0], checkpoint)
-            except Exception as exc:
-                raise errors.ExportError(
-                    f"export: reading {streams[0].spec.name} before following it failed: "
-                    + session.failure(exc, spark, master)
-                ) from exc
-            for stream in streams:
-                stream.query = _start(spark, stream, trigger_seconds)
-                echo(
-                    f"following {stream.spec.name} ({stream.spec.table}) into {stream.path}, "
-                    f"checkpoint {stream.checkpoint}, a micro-batch every {trigger_seconds:g}s"
-                )
-            while not stop.is_set():
-                for stream in streams:
-                    _report(stream, echo, using, on_progress)
-                    if not stream.query.isActive:
-                        failure = stream.query.exception()
-                        raise errors.ExportError(
-                            f"export: following {stream.spec.name} stopped: "
-                            + (session.failure(failure, spark, master) if failure else "stopped")
-                        )
-                stop.wait(0.2)
-        finally:
-            _stop(streams, echo, using, on_progress)
-    echo("stopped following")
+        stream.query = _start(spark, stream, trigger_seconds)
+        echo(
+            f"following {stream.spec.name} ({stream.spec.table}) into {stream.path}, "
+            f"checkpoint {stream.checkpoint}, a micro-batch every {trigger_seconds:g}s"
+        )
+
+
+def _check_active(stream: Stream, spark: Any, master: str) -> None:
+    if not stream.query.isActive:
+        failure = stream.query.exception()
+        raise errors.ExportError(
+            f"export: following {stream.spec.name} stopped: "
+            + (session.failure(failure, spark, master) if failure else "stopped")
+        )
 
 
 def _stop(streams: list[Stream], echo: Callable[[str], None], using: str, on_progress) -> None:
@@ -228,12 +257,12 @@ def _warm_up(spark: Any, stream: Stream, checkpoint: str) -> None:
     goes under the checkpoint directory (shared storage on a cluster) and is overwritten on
     the next start."""
     empty = dataclasses.replace(stream.read, ranges=((0, -1),), transaction_range=None)
-    frame = spark.read.format(source.FORMAT).options(**empty.to_options()).load()
+    frame = spark.read.format(spark_source.FORMAT).options(**empty.to_options()).load()
     frame.write.mode("overwrite").parquet(output.join(checkpoint, WARM_UP))
 
 
 def _start(spark: Any, stream: Stream, trigger_seconds: float) -> Any:
-    frame = spark.readStream.format(source.FORMAT).options(**stream.read.to_options()).load()
+    frame = spark.readStream.format(spark_source.FORMAT).options(**stream.read.to_options()).load()
     writer = (
         frame.writeStream.format("parquet")
         .queryName(f"pgmsg_{stream.spec.name}")
@@ -276,7 +305,7 @@ def _report(stream: Stream, echo: Callable[[str], None], using: str, on_progress
 
 def lag(stream: Stream, end: dict | None, *, using: str) -> tuple[int, float]:
     """Rows after checkpoint ``end`` (committed or not) and the age of the oldest of them."""
-    end = end or source.offset(0, 0)
+    end = end or spark_source.offset(0, 0)
     query = pgsql.SQL(QUERIES["lag"]).format(
         table=pgsql.Identifier(stream.spec.table),
         key=pgsql.Identifier(stream.spec.key),

@@ -16,9 +16,8 @@ from psycopg import sql as pgsql
 
 from pgmsg.core import conf, errors, horizon, sql
 from pgmsg.export import output, reading, tables, watermarks
+from pgmsg.export.choices import MODES, PARTITION_BY
 
-PARTITION_BY = ("day", "type", "category", "none")
-MODES = ("append", "overwrite")
 QUERIES = sql.load(__package__, "export.sql")
 
 

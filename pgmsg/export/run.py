@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from pgmsg.core import conf, errors, horizon
-from pgmsg.export import files, output, planning, session, source, watermarks
+from pgmsg.export import files, output, planning, session, spark_source, watermarks
 
 logger = logging.getLogger(__name__)
 
@@ -102,14 +102,9 @@ def export_tables(
     started = time.monotonic()
     using = using or conf.get().DATABASE
     master = master or conf.get().EXPORT_SPARK_MASTER
-    planning.check_options(partitions=partitions, partition_by=partition_by, mode=mode)
-    if writer not in WRITERS:
-        raise errors.ExportError(f"export: writer must be one of {WRITERS}, got {writer!r}")
-    fields = planning.check_fields(flatten)
-    if tables is not None:
-        planning.select_tables(tables, using)  # an unknown name fails before anything else
-    if not dry_run and spark is None:
-        session.check(master)  # even when nothing is new: a broken set-up must not look fine
+    fields = _check_options(
+        tables, partitions, partition_by, mode, writer, flatten, using, master, dry_run, spark
+    )
     with watermarks.locked(using):
         plans = planning.plan(
             output_path,
@@ -124,33 +119,60 @@ def export_tables(
         )
         if not dry_run:
             output.check_writable(output_path)
-        for table_plan in plans:
-            echo(("would export " if dry_run else "exporting ") + table_plan.describe())
-        summary = ExportSummary(plans=plans, results=[], dry_run=dry_run)
-        if any(p.transaction_range for p in plans):
-            # What keeps incremental tables' newer rows for a later run (nothing is lost).
-            summary.blockers = horizon.blockers(using=using)
-            for blocker in summary.blockers:
-                echo(f"read horizon held back by {blocker}")
+        summary = _announce(plans, dry_run, using, echo)
         if dry_run:
             summary.seconds = time.monotonic() - started
             return summary
-        if spark is None and any(p.writes for p in plans):
-            spark_started = time.monotonic()
-            spark = session.start_spark(master, spark_conf or {})
-            summary.spark_seconds = time.monotonic() - spark_started
-            echo(
-                f"Spark started in {summary.spark_seconds:.1f}s ({spark.sparkContext.master}, "
-                f"application {spark.sparkContext.applicationId})"
-            )
-        elif spark is not None:
-            session.prepare(spark)
+        spark = _spark_for(plans, spark, master, spark_conf, summary, echo)
         for table_plan in plans:
             result = _export_one(spark, table_plan, using=using, master=master, writer=writer)
             summary.results.append(result)
             echo(result.describe())
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def _check_options(
+    tables, partitions, partition_by, mode, writer, flatten, using, master, dry_run, spark
+) -> Any:
+    """Refuse bad options before anything is read or written; the fields to flatten."""
+    planning.check_options(partitions=partitions, partition_by=partition_by, mode=mode)
+    if writer not in WRITERS:
+        raise errors.ExportError(f"export: writer must be one of {WRITERS}, got {writer!r}")
+    fields = planning.check_fields(flatten)
+    if tables is not None:
+        planning.select_tables(tables, using)  # an unknown name fails before anything else
+    if not dry_run and spark is None:
+        session.check(master)  # even when nothing is new: a broken set-up must not look fine
+    return fields
+
+
+def _announce(plans, dry_run: bool, using: str, echo: Callable[[str], None]) -> ExportSummary:
+    """Say what each table's export does, and what holds the read horizon back."""
+    for table_plan in plans:
+        echo(("would export " if dry_run else "exporting ") + table_plan.describe())
+    summary = ExportSummary(plans=plans, results=[], dry_run=dry_run)
+    if any(p.transaction_range for p in plans):
+        # What keeps incremental tables' newer rows for a later run (nothing is lost).
+        summary.blockers = horizon.blockers(using=using)
+        for blocker in summary.blockers:
+            echo(f"read horizon held back by {blocker.describe(with_query=True)}")
+    return summary
+
+
+def _spark_for(plans, spark, master, spark_conf, summary: ExportSummary, echo) -> Any:
+    """The Spark session given (prepared), or one started when a plan writes."""
+    if spark is None and any(p.writes for p in plans):
+        spark_started = time.monotonic()
+        spark = session.start_spark(master, spark_conf or {})
+        summary.spark_seconds = time.monotonic() - spark_started
+        echo(
+            f"Spark started in {summary.spark_seconds:.1f}s ({spark.sparkContext.master}, "
+            f"application {spark.sparkContext.applicationId})"
+        )
+    elif spark is not None:
+        session.prepare(spark)
+    return spark
 
 
 def _export_one(
@@ -201,7 +223,9 @@ def _write(spark: Any, table_plan: planning.TablePlan, writer: str) -> None:
         return
     # Other URLs (s3a://, hdfs://, ...): Spark's writer, through Hadoop's file systems.
     if table_plan.rows:
-        frame = spark.read.format(source.FORMAT).options(**table_plan.read.to_options()).load()
+        frame = (
+            spark.read.format(spark_source.FORMAT).options(**table_plan.read.to_options()).load()
+        )
     else:  # overwriting with nothing: the dataset becomes empty (a snapshot of an empty table)
         frame = spark.createDataFrame([], table_plan.read.spark_schema())
     writer = frame.write.mode(table_plan.mode)

@@ -20,7 +20,7 @@ import pyspark
 from pyspark import cloudpickle
 
 from pgmsg.core import errors
-from pgmsg.export import files, source
+from pgmsg.export import files, spark_source
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def start_spark(master: str, spark_conf: dict[str, str] | None = None, *, name: 
 
 def prepare(spark: Any) -> None:
     """Register the data source on a session (the export's own or a caller's)."""
-    source.ship(spark)
+    spark_source.ship(spark)
     # The read tasks' Parquet writer travels by value too (executors have no pgmsg).
     cloudpickle.register_pickle_by_value(files)
     # Parquet's own UTC timestamp type (not the legacy INT96), readable by any Parquet reader.

@@ -96,8 +96,9 @@ register(
     )
 )
 # Handled notifications are deleted, so these tables only ever hold pending, retrying and dead
-# rows and have no transaction id: each run exports what is there now. The view (migration
-# 0030) joins the pending ones and the dead letters (a table of their own) with their status.
+# rows and have no transaction id: each run exports what is there now. The view
+# pgmsg_notification_stored (made by the migrations) joins the pending ones and the dead
+# letters (a table of their own) with their status.
 register(
     TableSpec(
         name="notifications",

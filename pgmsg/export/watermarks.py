@@ -7,14 +7,14 @@ import logging
 from django.db import DatabaseError, connections, transaction
 from django.db.models.functions import Now
 
-from pgmsg.core import conf, errors, sql
+from pgmsg.core import conf, errors, locks, sql
 from pgmsg.models import ExportWatermark
 
 logger = logging.getLogger(__name__)
 
 QUERIES = sql.load(__package__, "export.sql")
 #: The advisory lock every batch export takes; a follow export takes one per checkpoint dir.
-BATCH_LOCK = "pgmsg_export:"
+BATCH_LOCK = locks.EXPORT_BATCH
 
 
 def watermark(name: str, *, using: str | None = None) -> int | None:

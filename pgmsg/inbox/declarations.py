@@ -13,17 +13,20 @@ from django.core import checks
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
 
-from pgmsg.core import conf, errors, names, sends, sql
+from pgmsg.core import asynchrony, conf, errors, names, schema, sql, wire
 
 logger = logging.getLogger(__name__)
 
 QUERIES = sql.load(__package__, "inbox.sql")
 
-#: QUERIES["receive"] as libpq takes it (sends.fetch_value): receive()'s parameters in order.
-_RECEIVE_STATEMENT = sql.numbered(
+#: receive()'s statement, its parameters in libpq's order.
+_RECEIVE = wire.Statement(
     QUERIES["receive"],
     ["inbox", "message_id", "type", "payload", "source", "aggregate_id", "trace_id"],
 )
+
+#: receive_many()'s statement: its arrays bound on the server, in binary (wire.rows).
+_RECEIVE_MANY = wire.Statement(QUERIES["receive_many"])
 
 #: NOTIFY payload on the wake channel for an inbox: "inbox:<name>" (see models/inbox.py).
 WAKE_PREFIX = "inbox:"
@@ -193,8 +196,9 @@ def handler(inbox: Inbox | str, *types: str) -> Callable[[Handler], Handler]:
             )
 
     def decorator(func: Handler) -> Handler:
+        run = asynchrony.in_worker_thread(func)
         for type_ in types:
-            registry.add_handler(name, type_, func)
+            registry.add_handler(name, type_, run)
         return func
 
     return decorator
@@ -220,12 +224,7 @@ def receive(
     of the same id waits for the first transaction and then reports a duplicate.
     """
     name, row = _row(inbox, message_id, type, payload, source, aggregate_id, trace_id)
-    stored = sends.fetch_value(
-        connections[using or conf.get().DATABASE],
-        QUERIES["receive"],
-        {"inbox": name, **row},
-        libpq_statement=_RECEIVE_STATEMENT,
-    )
+    stored = wire.send(connections[using or conf.get().DATABASE], _RECEIVE, {"inbox": name, **row})
     return Received(row["message_id"], stored=stored is not None, id=stored)
 
 
@@ -259,9 +258,11 @@ def receive_many(
     if not rows:
         return []
     columns = {key: [r[key] for r in rows] for key in rows[0]}
-    with connections[using or conf.get().DATABASE].cursor() as cursor:
-        cursor.execute(
-            QUERIES["receive_many"],
+    db = connections[using or conf.get().DATABASE]
+    with schema.translated(db.alias):
+        found = wire.rows(
+            db,
+            _RECEIVE_MANY,
             {
                 "inbox": name,
                 "message_ids": columns["message_id"],
@@ -272,13 +273,16 @@ def receive_many(
                 "trace_ids": columns["trace_id"],
             },
         )
-        stored = dict(cursor.fetchall())
+    stored = dict(found)
     results = []
     for row in rows:
         row_id = stored.pop(row["message_id"], None)
         results.append(Received(row["message_id"], stored=row_id is not None, id=row_id))
     return results
 
+
+areceive = asynchrony.awaitable(receive)
+areceive_many = asynchrony.awaitable(receive_many)
 
 _RECEIVE_KEYS = {"message_id", "type", "payload", "source", "aggregate_id", "trace_id"}
 _MISSING = object()

@@ -1,6 +1,6 @@
 -- name: receive
 -- Store one message unless its (inbox, message_id) is known, in whichever partition the first
--- copy is: pgmsg_receive (migration 0024_inbox_receive_function) returns the new row's id, or
+-- copy is: pgmsg_receive (functions.sql) returns the new row's id, or
 -- NULL for a duplicate. A concurrent receipt of the same id waits for the first to commit,
 -- then gets NULL. The parameters go in this order (sql.numbered: receive() sends it through
 -- libpq).
@@ -11,20 +11,21 @@ SELECT pgmsg_receive(%(inbox)s, %(message_id)s, %(type)s, %(payload)s, %(source)
 -- Store many messages in one statement; duplicates (stored before, or twice in this batch)
 -- are skipped. Returns the message ids that were stored, with their row ids. Row ids follow
 -- the batch's order (an ordered inbox handles an aggregate's messages in id order); rows go
--- in in the order of their first-receipt lock (a bucket of 1,024, the expression of the
--- trigger pgmsg_inbox_first_receipt in pgmsg/models/inbox.py), then message id: two batches
--- whose ids share buckets, inserted concurrently in different orders, would each wait on the
--- other's lock (a deadlock); in one order, one waits.
+-- in in message id order, each taking its key in pgmsg_inbox_key (the trigger
+-- pgmsg_inbox_first_receipt in pgmsg/models/inbox.py): two batches that share ids, inserted
+-- concurrently in different orders, would each wait for a key the other holds (a deadlock);
+-- in one order, one waits. Distinct ids never wait for each other. The arrays are binary
+-- parameters (bound on the server, wire.rows): quoted on the client they cost a tenth of a bridge's drain.
 INSERT INTO pgmsg_inbox_message
     (id, inbox, message_id, type, payload, source, aggregate_id, trace_id)
 SELECT m.id, %(inbox)s, m.message_id, m.type, m.payload::jsonb, m.source, m.aggregate_id,
        m.trace_id
 FROM (SELECT nextval('pgmsg_inbox_message_id_seq') AS id, u.*
-      FROM unnest(%(message_ids)s::text[], %(types)s::text[], %(payloads)s::text[],
-                  %(sources)s::text[], %(aggregate_ids)s::text[], %(trace_ids)s::text[])
+      FROM unnest(%(message_ids)b::text[], %(types)b::text[], %(payloads)b::text[],
+                  %(sources)b::text[], %(aggregate_ids)b::text[], %(trace_ids)b::text[])
            WITH ORDINALITY AS u(message_id, type, payload, source, aggregate_id, trace_id, n)
       ORDER BY u.n) AS m
-ORDER BY hashtext(%(inbox)s || ':' || m.message_id) & 1023, m.message_id, m.n
+ORDER BY m.message_id, m.n
 RETURNING message_id, id;
 
 -- name: claim_types
@@ -88,7 +89,9 @@ FOR UPDATE OF m SKIP LOCKED;
 -- Aggregates of an ordered inbox whose head (first pending-or-dead message in receipt order,
 -- (transaction_id, id)) is pending, due, and below the read horizon %(horizon)s (its receiving
 -- transaction, and every one that could still add an earlier message, has ended), by the
--- head's priority then arrival. A dead or backing-off head holds its aggregate back.
+-- head's priority then arrival. With %(below)s false: the heads held back by the horizon
+-- alone (the worker looks again shortly: the end of the transaction that holds the horizon
+-- wakes nobody). A dead or backing-off head holds its aggregate back.
 -- The recursive part walks the distinct open aggregates through the pgmsg_inbox_open_aggregate
 -- index (a skip scan: one probe per aggregate, not a read of every open message).
 WITH RECURSIVE aggregates AS (
@@ -112,7 +115,7 @@ CROSS JOIN LATERAL (
 LEFT JOIN unnest(%(types)s::text[], %(priorities)s::int[]) AS p(type, priority)
        ON p.type = h.type
 WHERE a.aggregate_id IS NOT NULL AND h.status = 'pending' AND h.available_at <= now()
-  AND h.transaction_id < %(horizon)s::text::xid8
+  AND (h.transaction_id < %(horizon)s::text::xid8) = %(below)s
   AND (%(parts)s = 1
        OR mod(hashtext(a.aggregate_id)::bigint & 2147483647, %(parts)s) = %(part)s)
 ORDER BY coalesce(p.priority, 2147483647), h.id
@@ -124,7 +127,7 @@ LIMIT %(limit)s;
 -- row that is not returned). A hash collision only serialises two aggregates; it never lets
 -- two workers share one. The locks go at commit or when the session dies.
 SELECT a FROM unnest(%(aggregates)s::text[]) AS a
-WHERE pg_try_advisory_xact_lock(hashtext(%(inbox)s), hashtext(a))
+WHERE pg_try_advisory_xact_lock(hashtext(%(lock_space)s || %(inbox)s), hashtext(a))
 LIMIT %(limit)s;
 
 -- name: claim_ordered
@@ -245,6 +248,20 @@ SELECT i.inbox,
         WHERE inbox = i.inbox AND status = 'processed'
           AND processed_at >= now() - interval '1 minute')
 FROM unnest(%(inboxes)s::text[]) AS i(inbox);
+
+-- name: stored_names
+-- The inboxes with pending or dead messages, declared or not: one index probe per name (a
+-- loose scan of pgmsg_inbox_open_aggregate), not a read of every held message.
+WITH RECURSIVE found(inbox) AS (
+    (SELECT inbox FROM pgmsg_inbox_message
+     WHERE status IN ('pending', 'dead') ORDER BY inbox LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.inbox FROM pgmsg_inbox_message AS m
+            WHERE m.status IN ('pending', 'dead') AND m.inbox > found.inbox
+            ORDER BY m.inbox LIMIT 1)
+    FROM found WHERE found.inbox IS NOT NULL
+)
+SELECT inbox FROM found WHERE inbox IS NOT NULL;
 
 -- name: stats
 -- Per message type of one inbox: messages held (received and not yet purged), and by status.

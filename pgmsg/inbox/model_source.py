@@ -7,7 +7,7 @@ import json
 
 from django.db import connections, transaction
 
-from pgmsg.core import batch, claims, libpq, sources
+from pgmsg.core import batch, claims, sources, wire
 from pgmsg.core.sources import Worker
 from pgmsg.inbox import declarations as inbox
 from pgmsg.inbox import model_inbox
@@ -40,9 +40,9 @@ class ModelInboxSource(InboxSource):
         # Inside a caller's transaction, a rollback is the caller's, not a dead worker's.
         own_transaction = not connections[db].in_atomic_block
         outcome: batch.BatchResult[inbox.InboxMessage] = batch.BatchResult()
-        with transaction.atomic(using=db), libpq.LazyCursor(connections[db]) as cursor:
+        with transaction.atomic(using=db), wire.LazyCursor(connections[db]) as cursor:
             # The claim opens the transaction (its BEGIN in the same round trip).
-            (rows,) = libpq.opening_rows(
+            (rows,) = wire.opening_rows(
                 connections[db],
                 self.queries["claim"],
                 {
@@ -83,14 +83,17 @@ class ModelInboxSource(InboxSource):
         crashes = claims.record_and_count(worker, CLAIM_KIND, keys, xid)
         if not crashes:
             return messages, [], None
-        first, count = next((m, crashes[k]) for m, k in zip(messages, keys) if k in crashes)
-        suspect = dataclasses.replace(first, attempts=first.attempts + count)
-        verdict = claims.died_too_often(
-            delivery_of(suspect), crashes=count, max_attempts=self.inbox.max_attempts
-        )
-        claims.narrow(worker, CLAIM_KIND, [] if verdict else [self._claim_key(suspect)], xid)
-        if verdict is not None:
-            return [], [(suspect, verdict)], suspect
+        claimed = [
+            claims.Claimed(k, delivery_of(m), self.inbox.max_attempts)
+            for m, k in zip(messages, keys)
+        ]
+        guarded = claims.guard(worker, CLAIM_KIND, claimed, crashes, xid)
+        if guarded.suspect is None:  # (every batch with suspects has one)
+            return messages, [], None
+        first = messages[guarded.suspect.index]
+        suspect = dataclasses.replace(first, attempts=first.attempts + guarded.suspect.crashes)
+        if guarded.suspect.verdict is not None:
+            return [], [(suspect, guarded.suspect.verdict)], suspect
         return [suspect], [], suspect
 
     def _message(self, record, attempts: int) -> inbox.InboxMessage:

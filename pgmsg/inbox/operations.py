@@ -44,8 +44,10 @@ class InboxHealth:
         return data
 
 
-def health(names: Iterable[str] | None = None) -> list[InboxHealth]:
-    """Health of the named inboxes (default: every declared inbox), sorted by name.
+def health(names: Iterable[str] | None = None, *, stored: bool = False) -> list[InboxHealth]:
+    """Health of the named inboxes (default: every declared inbox), sorted by name. With
+    ``stored``, also every inbox whose pending or dead messages are in the table, declared in
+    this process or not (the admin overview of a web process that loads no inbox).
 
     Degraded when pending >= PGMSG INBOX_DEGRADED_PENDING, dead >= INBOX_DEGRADED_DEAD, or the
     oldest pending message is INBOX_DEGRADED_AGE seconds old or more.
@@ -53,6 +55,9 @@ def health(names: Iterable[str] | None = None) -> list[InboxHealth]:
     wanted = _names(names)
     settings = conf.get()
     with connections[settings.DATABASE].cursor() as cursor:
+        if stored:
+            cursor.execute(QUERIES["stored_names"])
+            wanted = sorted(set(wanted) | {row[0] for row in cursor.fetchall()})
         cursor.execute(QUERIES["health"], {"inboxes": wanted})
         found = {row[0]: row[1:] for row in cursor.fetchall()}
     result = []
@@ -215,7 +220,8 @@ def purge(
     a partition that keeps more than retention.MOST_KEPT rows waits for a later pass. Dead
     and discarded messages of ``names`` left in such partitions are then deleted (they are
     few); ``chunks`` bounds those delete statements (None: until done). ``by_partition=False``
-    leaves the partitions to retention.maintain() (the workers' periodic pass).
+    leaves the partitions to retention.maintain() (the workers' periodic pass). When anything
+    was removed, the keys of the removed messages go too (retention.trim_keys).
 
     Returns the counts removed, as {"processed": n, "dead": m}.
     """
@@ -244,7 +250,27 @@ def purge(
             break
     if deleted["processed"] or deleted["dead"]:
         logger.info("pgmsg: inbox retention removed %s", deleted)
+        retention.trim_keys()
     return deleted
+
+
+def missing(name: str, ids: Iterable[int], *, action: str) -> list[int]:
+    """The ``ids`` that ``action`` ("replay" or "discard") would not find in inbox ``name``:
+    replay takes dead and retrying messages, discard dead and pending ones. Sorted."""
+    wanted = {int(i) for i in ids}
+    states = ("dead", "retrying") if action == "replay" else ("dead", "pending")
+    found: set[int] = set()
+    for state in states:
+        found.update(messages(name, state=state).filter(id__in=wanted).values_list("id", flat=True))
+    return sorted(wanted - found)
+
+
+def inboxes_of(ids: Iterable[int]) -> dict[int, str]:
+    """The inbox of each of ``ids`` that is an inbox message row (whatever its state)."""
+    from pgmsg.models import InboxMessage
+
+    rows = InboxMessage.objects.using(conf.get().DATABASE).filter(id__in=list(ids))
+    return dict(rows.values_list("id", "inbox"))
 
 
 def _names(names: Iterable[str] | None) -> list[str]:

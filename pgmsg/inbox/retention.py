@@ -27,11 +27,38 @@ MOST_KEPT = 10_000
 _FIRST_RECEIPT = "pgmsg.InboxMessage:pgmsg_inbox_first_receipt"
 
 
+#: Keys trimmed per transaction (trim_keys).
+KEYS_PER_TRIM = 10_000
+
+
 def maintain() -> dict[str, int]:
     """The workers' periodic pass (every PGMSG INBOX_RETENTION_INTERVAL): partitions ahead,
-    then drop_expired()."""
+    then drop_expired(), then trim_keys() when rows were removed."""
     ensure_partitions()
-    return drop_expired()
+    removed = drop_expired()
+    if removed["processed"] or removed["dead"]:
+        trim_keys()
+    return removed
+
+
+def trim_keys() -> int:
+    """Delete the keys of pgmsg_inbox_key whose message is gone (KEYS_PER_TRIM a transaction,
+    until fewer are found). A key outliving its row never refuses a message (the partitions
+    are looked up then); trimming keeps the table to about the rows held. Returns the count."""
+    database = conf.get().DATABASE
+    trimmed = 0
+    while True:
+        with transaction.atomic(using=database), connections[database].cursor() as cursor:
+            cursor.execute(QUERIES["lock_stale_keys"], {"limit": KEYS_PER_TRIM})
+            stale = cursor.fetchall()
+            if stale:
+                cursor.execute(
+                    QUERIES["delete_stale_keys"],
+                    {"inboxes": [k[0] for k in stale], "message_ids": [k[1] for k in stale]},
+                )
+                trimmed += cursor.rowcount
+        if len(stale) < KEYS_PER_TRIM:
+            return trimmed
 
 
 def ensure_partitions(*, now: dt.datetime | None = None) -> list[str]:

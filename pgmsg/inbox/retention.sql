@@ -84,3 +84,24 @@ TRUNCATE {partition};
 
 -- name: restore_kept
 INSERT INTO {partition} SELECT * FROM pgmsg_inbox_kept;
+
+-- name: lock_stale_keys
+-- Up to %(limit)s keys of pgmsg_inbox_key whose message is no longer in pgmsg_inbox_message
+-- (retention removed it), locked. A key a receipt holds (it is storing that id again) is
+-- skipped, so the trim never waits for a producer, nor a producer for long on the trim.
+SELECT k.inbox, k.message_id FROM pgmsg_inbox_key AS k
+WHERE NOT EXISTS (SELECT FROM pgmsg_inbox_message AS m
+                  WHERE m.inbox = k.inbox AND m.message_id = k.message_id)
+LIMIT %(limit)s
+FOR UPDATE OF k SKIP LOCKED;
+
+-- name: delete_stale_keys
+-- The keys lock_stale_keys locked, those still without a message: checked again in this
+-- statement, which sees every receipt that committed before the locks were taken (one that
+-- stored the id again while the first statement ran keeps its key). After the lock, a receipt
+-- of such an id waits for this transaction, then inserts the key again.
+DELETE FROM pgmsg_inbox_key AS k
+USING unnest(%(inboxes)s::text[], %(message_ids)s::text[]) AS s(inbox, message_id)
+WHERE k.inbox = s.inbox AND k.message_id = s.message_id
+  AND NOT EXISTS (SELECT FROM pgmsg_inbox_message AS m
+                  WHERE m.inbox = k.inbox AND m.message_id = k.message_id);

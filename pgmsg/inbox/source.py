@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import connections, transaction
 from django.utils import timezone
 
-from pgmsg.core import batch, claims, conf, errors, horizon, libpq, payloads, sources, sql
+from pgmsg.core import batch, claims, conf, errors, horizon, locks, payloads, sources, sql, wire
 from pgmsg.core.claim_start import ClaimStart
 from pgmsg.core.sources import Worker
 from pgmsg.inbox import declarations as inbox
@@ -24,6 +24,9 @@ QUERIES = sql.load(__package__, "inbox.sql")
 #: Most seconds a worker claims past its last batch before reading from the start again
 #: (as the notification claim does: pgmsg/channels/source.py).
 FROM_START_INTERVAL = 1.0
+#: First and longest pause while an ordered head waits only for the read horizon.
+HORIZON_POLL_FIRST = 0.005
+HORIZON_POLL_MAX = 0.5
 #: In a claim row: received_at, as microseconds since the epoch.
 RECEIVED_US = 8
 #: What those microseconds count from (exact arithmetic, where fromtimestamp rounds a float).
@@ -74,12 +77,52 @@ class InboxSource:
         self._next_retention = 0.0
         #: Where the next arrival-order claim starts (core/claim_start.py).
         self._start = ClaimStart(FROM_START_INTERVAL)
+        self._horizon_poll = HORIZON_POLL_FIRST
+        self._horizon_look_at: float | None = None
+        #: The horizon of the last ordered claim: heads at or above it were not claimable then.
+        self._claim_horizon: int | None = None
 
     def wants(self, wake_payload: str) -> bool:
         return wake_payload == self._wake
 
     def seconds_until_due(self, worker: Worker) -> float | None:
-        return sources.query_value(worker, QUERIES["seconds_until_due"], {"inbox": self.inbox.name})
+        due = sources.query_value(worker, QUERIES["seconds_until_due"], {"inbox": self.inbox.name})
+        if not (self.inbox.ordered and self._held_by_the_horizon(worker)):
+            was_held = self._horizon_poll != HORIZON_POLL_FIRST
+            self._horizon_poll, self._horizon_look_at = HORIZON_POLL_FIRST, None
+            return 0.0 if was_held else due  # the horizon passed a head since the last look
+        # A head waits only for the read horizon: for a transaction that was open at this
+        # worker's last look (another worker's batch, a session writing nothing here) and
+        # whose end sends no wake-up. Due again soon (0: look now), less often while it lasts.
+        now = time.monotonic()
+        if self._horizon_look_at is None:
+            self._horizon_look_at = now + self._horizon_poll
+            self._horizon_poll = min(self._horizon_poll * 2, HORIZON_POLL_MAX)
+        wait = max(self._horizon_look_at - now, 0.0)
+        if wait == 0.0:
+            self._horizon_look_at = None  # this look is due; the next is set after it
+        return wait if due is None else min(due, wait)
+
+    def _held_by_the_horizon(self, worker: Worker) -> bool:
+        """Whether a head was held back by the horizon at the last claim (or came after it).
+        Measured against the claim's horizon, not a fresh one: a transaction that held a head
+        back and ended between the claim and this look leaves the head claimable, and a fresh
+        horizon would call it free and the worker would sleep until its sweep (bench/bridges.py
+        saw this: RabbitMQ's relay commits after the bridge has stored the message)."""
+        with connections[worker.database].cursor() as cursor:
+            claimed_below = self._claim_horizon
+            params = {
+                "inbox": self.inbox.name,
+                "types": self._types,
+                "priorities": self._priorities,
+                "part": self.part,
+                "parts": self.parts,
+                "horizon": horizon.horizon(cursor) if claimed_below is None else claimed_below,
+                "below": False,
+                "limit": 1,
+            }
+            cursor.execute(QUERIES["ordered_heads"], params)
+            return cursor.fetchone() is not None
 
     def process_batch(self, worker: Worker) -> int:
         self._maybe_run_retention(worker)
@@ -94,38 +137,17 @@ class InboxSource:
             "parts": self.parts,
         }
         outcome: batch.BatchResult[inbox.InboxMessage] = batch.BatchResult()
-        with transaction.atomic(using=db), libpq.LazyCursor(connections[db]) as cursor:
-            ordered, unordered, claimed, more, xid = [], [], 0, False, None
-            received: list[int] = []  # the claimed rows' receipt times, for the ack (_settle)
-            if self.inbox.ordered:
-                ordered, claimed, more, xid = self._claim_ordered(worker, cursor, params, received)
-            # Messages without an aggregate id (in an ordered inbox too) have no order to keep;
-            # a quarter batch is kept for them so that a backlog of aggregates cannot starve them.
-            room = max(worker.batch_size - claimed, math.ceil(worker.batch_size / 4))
-            if not worker.stopping:
-                rows = self._claim_unordered(connections[db], cursor, params, room)
-                claimed += len(rows)
-                received += [r[RECEIVED_US] for r in rows]
-                naive = not settings.USE_TZ
-                unordered = [message_from_row(self.inbox.name, r[:-1], naive=naive) for r in rows]
-                xid = rows[0][-1] if rows else xid
+        with transaction.atomic(using=db), wire.LazyCursor(connections[db]) as cursor:
+            ordered, unordered, claimed, more, xid, received = self._claim(
+                worker, connections[db], cursor, params
+            )
             verdicts, suspect = [], None
             claimed_unordered = {m.id for m in unordered}
             if (ordered or unordered) and own_transaction:
                 ordered, unordered, verdicts, suspect = self._record(
                     worker, cursor, ordered, unordered, xid
                 )
-            try:
-                # A failure holds back the rest of its aggregate.
-                self._run(worker, ordered, outcome, group=lambda message: message.aggregate_id)
-                if not worker.stopping:
-                    self._run(worker, unordered, outcome)
-            except batch.Redo:
-                # Rolled back for a handler's failure: the claim with a savepoint per message
-                # (Worker.process) must take these messages again, not the ones past them.
-                if claimed_unordered:
-                    self._start.again_from(min(claimed_unordered))
-                raise
+            self._run_claimed(worker, ordered, unordered, outcome, claimed_unordered)
             self._settle(cursor, outcome, verdicts, received)
             if claimed_unordered - {m.id for m in outcome.done}:
                 self._start.from_start()  # failed or left: pending again below its start
@@ -138,6 +160,39 @@ class InboxSource:
         worker.handled += len(outcome.done)
         return worker.batch_size if more or suspect is not None else claimed
 
+    def _claim(self, worker: Worker, connection, cursor, params: dict[str, Any]):
+        """Claim a batch: an ordered inbox's aggregates first, then messages of no aggregate.
+        Returns (ordered, unordered, count claimed, whether more is waiting, the claim's
+        transaction id, the rows' receipt times for the ack)."""
+        ordered, unordered, claimed, more, xid = [], [], 0, False, None
+        received: list[int] = []
+        if self.inbox.ordered:
+            ordered, claimed, more, xid = self._claim_ordered(worker, cursor, params, received)
+        # Messages without an aggregate id (in an ordered inbox too) have no order to keep;
+        # a quarter batch is kept for them so that a backlog of aggregates cannot starve them.
+        room = max(worker.batch_size - claimed, math.ceil(worker.batch_size / 4))
+        if not worker.stopping:
+            rows = self._claim_unordered(connection, cursor, params, room)
+            claimed += len(rows)
+            received += [r[RECEIVED_US] for r in rows]
+            naive = not settings.USE_TZ
+            unordered = [message_from_row(self.inbox.name, r[:-1], naive=naive) for r in rows]
+            xid = rows[0][-1] if rows else xid
+        return ordered, unordered, claimed, more, xid, received
+
+    def _run_claimed(self, worker: Worker, ordered, unordered, outcome, claimed_unordered) -> None:
+        try:
+            # A failure holds back the rest of its aggregate.
+            self._run(worker, ordered, outcome, group=lambda message: message.aggregate_id)
+            if not worker.stopping:
+                self._run(worker, unordered, outcome)
+        except batch.Redo:
+            # Rolled back for a handler's failure: the claim with a savepoint per message
+            # (Worker.process) must take these messages again, not the ones past them.
+            if claimed_unordered:
+                self._start.again_from(min(claimed_unordered))
+            raise
+
     def _claim_unordered(
         self, connection, cursor, params: dict[str, Any], limit: int
     ) -> list[tuple]:
@@ -149,7 +204,7 @@ class InboxSource:
         params = {**params, "null_aggregate_only": self.inbox.ordered}
         rows: list[tuple] = []
         for types in self._levels:
-            (level,) = libpq.opening_rows(
+            (level,) = wire.opening_rows(
                 connection,
                 QUERIES["claim_types"],
                 {**params, "types": types, "limit": limit - len(rows)},
@@ -174,7 +229,7 @@ class InboxSource:
         # Prepared, as the notification claim (its plan does not look at from_id, a
         # sub-select), where no priority level came first: the limit, written in, is then
         # always the batch size (after levels it varies: bound as text, as before).
-        (rows,) = libpq.opening_rows(
+        (rows,) = wire.opening_rows(
             connection,
             QUERIES["claim_unordered_fifo"],
             params,
@@ -199,23 +254,26 @@ class InboxSource:
 
         Returns (ordered to run, unordered to run, [(message, dead Failure)], the suspect).
         """
-        crashes = claims.record_and_count(worker, "inbox", [m.id for m in ordered + unordered], xid)
+        messages = ordered + unordered
+        crashes = claims.record_and_count(worker, "inbox", [m.id for m in messages], xid)
         if not crashes:
             return ordered, unordered, [], None
-        first = next(m for m in ordered + unordered if m.id in crashes)
-        if first in ordered:  # its aggregate's first runnable message goes first
-            first = next(m for m in ordered if m.aggregate_id == first.aggregate_id)
-        count = crashes.get(first.id, 0)
-        suspect = dataclasses.replace(first, attempts=first.attempts + count)
-        verdict = None
-        if count:
-            verdict = claims.died_too_often(
-                delivery_of(suspect), crashes=count, max_attempts=self.inbox.max_attempts
-            )
-        claims.narrow(worker, "inbox", [] if verdict else [suspect.id], xid)
-        if verdict is not None:
-            return [], [], [(suspect, verdict)], suspect
-        if first in ordered:
+
+        def lead(index: int) -> int:  # an ordered message's aggregate's first goes first
+            if index >= len(ordered):
+                return index
+            aggregate = ordered[index].aggregate_id
+            return next(i for i, m in enumerate(ordered) if m.aggregate_id == aggregate)
+
+        claimed = [claims.Claimed(m.id, delivery_of(m), self.inbox.max_attempts) for m in messages]
+        guarded = claims.guard(worker, "inbox", claimed, crashes, xid, lead=lead)
+        if guarded.suspect is None:  # (every batch with suspects has one)
+            return ordered, unordered, [], None
+        first = messages[guarded.suspect.index]
+        suspect = dataclasses.replace(first, attempts=first.attempts + guarded.suspect.crashes)
+        if guarded.suspect.verdict is not None:
+            return [], [], [(suspect, guarded.suspect.verdict)], suspect
+        if guarded.suspect.index < len(ordered):
             return [suspect], [], [], suspect
         return [], [suspect], [], suspect
 
@@ -230,7 +288,8 @@ class InboxSource:
         # free), so that other workers find aggregates to take too; look past the first
         # heads so that they can find the ones this worker does not hold.
         # First, in its own statement: messages below the horizon are visible to the later ones.
-        params = {**params, "horizon": horizon.horizon(cursor)}
+        params = {**params, "horizon": horizon.horizon(cursor), "below": True}
+        self._claim_horizon = params["horizon"]
         cursor.execute(QUERIES["ordered_heads"], {**params, "limit": 4 * worker.batch_size})
         heads = [row[0] for row in cursor.fetchall()]
         if not heads:
@@ -238,7 +297,12 @@ class InboxSource:
         lock_limit = math.ceil(worker.batch_size / 4)
         cursor.execute(
             QUERIES["lock_aggregates"],
-            {"inbox": self.inbox.name, "aggregates": heads, "limit": lock_limit},
+            {
+                "inbox": self.inbox.name,
+                "lock_space": locks.INBOX,
+                "aggregates": heads,
+                "limit": lock_limit,
+            },
         )
         mine = [row[0] for row in cursor.fetchall()]
         if not mine:

@@ -9,8 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from pgmsg.core import errors
-from pgmsg.core import metrics as instruments
+from pgmsg.core import errors, instruments
 from pgmsg.metrics import collector
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"

@@ -1,5 +1,5 @@
-"""Where every channel, inbox and subscription stands, read from the database: the numbers of
-the admin overview and of the Prometheus gauges."""
+"""Where every channel, inbox, outbox and subscription stands, read from the database: the
+numbers of the admin overview and of the Prometheus gauges."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pgmsg.channels import declarations as channels
 from pgmsg.core import conf, sql
 from pgmsg.events import subscriptions
 from pgmsg.inbox import operations as inbox_operations
+from pgmsg.outbox import operations as outbox_operations
 
 QUERIES = sql.load(__package__, "overview.sql")
 
@@ -22,9 +23,9 @@ MINUTES = 60
 
 @dataclasses.dataclass
 class SourceStatus:
-    """One channel, inbox or subscription."""
+    """One channel, inbox, outbox or subscription."""
 
-    #: "channel", "inbox" or "subscription".
+    #: "channel", "inbox", "outbox" or "subscription".
     kind: str
     name: str
     #: Messages waiting (a subscription: events after its lowest checkpoint).
@@ -45,8 +46,10 @@ class SourceStatus:
 
 
 def overview(*, with_throughput: bool = True) -> list[SourceStatus]:
-    """Every declared channel (exactly-once), inbox and subscription, and any name that has
-    rows but no declaration (a removed channel's dead letters), sorted by kind and name."""
+    """Every declared channel (exactly-once), inbox, outbox and subscription, and every
+    channel, inbox and outbox with waiting or dead messages in its table, declared in this
+    process or not (a removed channel's dead letters, or an inbox only the workers load),
+    sorted by kind and name."""
     found: dict[tuple[str, str], SourceStatus] = {}
 
     def status(kind: str, name: str) -> SourceStatus:
@@ -76,12 +79,19 @@ def overview(*, with_throughput: bool = True) -> list[SourceStatus]:
             now = cursor.fetchone()[0]
         else:
             rows, now = [], None
-    for health in inbox_operations.health():
+    for health in inbox_operations.health(stored=True):
         row = status("inbox", health.inbox)
         row.backlog, row.oldest_pending_age, row.dead = (
             health.pending,
             health.oldest_pending_age,
             health.dead,
+        )
+    for held in outbox_operations.backlog():
+        row = status("outbox", held.outbox)
+        row.backlog, row.oldest_pending_age, row.dead = (
+            held.pending,
+            held.oldest_pending_age,
+            held.dead,
         )
     kinds = {row_kind: kind for kind, row_kind in ROW_KINDS.items()}
     for row_kind, name, minute, handled, failed in rows:
@@ -91,5 +101,5 @@ def overview(*, with_throughput: bool = True) -> list[SourceStatus]:
             row.per_minute[index] += handled
         row.handled_last_hour += handled
         row.failed_last_hour += failed
-    order = {"channel": 0, "inbox": 1, "subscription": 2}
+    order = {"channel": 0, "inbox": 1, "outbox": 2, "subscription": 3}
     return sorted(found.values(), key=lambda r: (order.get(r.kind, 9), r.name))

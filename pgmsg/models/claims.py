@@ -12,8 +12,8 @@ class Claim(models.Model):
 
     A claim whose transaction committed is garbage (its worker's next record replaces it;
     a worker's first record deletes those of stopped workers). One whose
-    transaction aborted is a batch that died with its worker process: each of its ids counts
-    one crash (see pgmsg/core/claims.py).
+    transaction aborted is a batch that died with its worker process: each of its ids is a
+    suspect, charged a crash only when it ran alone (see pgmsg/core/claims.py).
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -25,6 +25,9 @@ class Claim(models.Model):
     #: The worker's process id, for people reading the table.
     pid = models.IntegerField()
     claimed_at = models.DateTimeField(db_default=Now())
+    #: Whether the batch ran one row: only then is its death charged to that row as a crash
+    #: (the rows of a batch of several that died are suspects without a charge).
+    alone = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         db_table = "pgmsg_claim"

@@ -9,7 +9,7 @@ from django.db.models.functions import Now
 from pgmsg.core import wake
 
 #: Set (transaction-local) by pgmsg_append around its INSERT, which does the triggers' work
-#: itself (migration 0023): the triggers' WHEN skips that statement without calling them.
+#: itself (events/functions.sql): the triggers' WHEN skips that statement without calling them.
 #: Any other INSERT into pgmsg_event meets the triggers as before.
 NOT_APPENDING = pgtrigger.Condition(
     "current_setting('pgmsg.appending', true) IS DISTINCT FROM 'on'"

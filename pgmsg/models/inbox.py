@@ -13,7 +13,7 @@ from pgmsg.core import wake
 WAKE_PREFIX = "inbox:"
 
 #: Set (transaction-local) by pgmsg_receive around its INSERT, which does the first-receipt
-#: check and the wake-up itself (migration 0024): the triggers' WHEN skips that row and
+#: check and the wake-up itself (inbox/functions.sql): the triggers' WHEN skips that row and
 #: statement without calling them. Any other INSERT meets the triggers as before.
 NOT_RECEIVING = pgtrigger.Condition(
     "current_setting('pgmsg.receiving', true) IS DISTINCT FROM 'on'"
@@ -116,17 +116,20 @@ class InboxMessage(models.Model):
         ]
         triggers = [
             # The first-receipt and wake triggers skip the one INSERT of pgmsg_receive()
-            # (receive(); migration 0024), which does their work itself: see NOT_RECEIVING.
+            # (receive(); inbox/functions.sql), which does their work itself: see NOT_RECEIVING.
             # Idempotency across partitions: a message id the inbox already holds is skipped
-            # (the insert returns no row), whichever partition holds the first copy. The
-            # advisory lock makes a concurrent receipt of the same id wait for the first one's
-            # commit, then see it (READ COMMITTED takes a new snapshot per statement). It locks
-            # one of 1,024 buckets of the ids, not the id: a transaction then holds at most
-            # 1,024 locks however many ids it receives (PostgreSQL's lock table holds about
-            # 64 per connection), at the cost of two receipts of different ids waiting for
-            # each other now and then (inbox.sql receive_many takes buckets in order); under
-            # REPEATABLE READ the wait could not see it, so that level is refused. Rows moved
-            # between partitions keep their id and are let through.
+            # (the insert returns no row), whichever partition holds the first copy. The one
+            # unique index over every partition is pgmsg_inbox_key's (InboxKey): a new key
+            # means no copy anywhere (every row has its key), so the row goes in without a
+            # look at the partitions; a concurrent receipt of the same id waits on that index
+            # entry for the first one's transaction, as on a unique index, and receipts of
+            # distinct ids never wait for each other (no deadlock, whatever their order). A
+            # key that is there already is locked (a receipt of that id waits for this one)
+            # and the partitions are looked up: a key outlives its row until retention trims
+            # it, and such an id is stored again. A key gone between the two statements (a
+            # trim) is inserted again (the loop). Under REPEATABLE READ the wait could not see
+            # the first copy, so that level is refused. Rows moved between partitions keep
+            # their id and are let through.
             pgtrigger.Trigger(
                 name="pgmsg_inbox_first_receipt",
                 level=pgtrigger.Row,
@@ -139,8 +142,12 @@ class InboxMessage(models.Model):
                     "or SERIALIZABLE transaction (REPEATABLE READ cannot see a concurrent "
                     "first copy)', NEW.inbox, NEW.message_id "
                     "USING ERRCODE = 'feature_not_supported'; END IF; "
-                    "PERFORM pg_advisory_xact_lock(hashtext('pgmsg.inbox.key'), "
-                    "hashtext(NEW.inbox || ':' || NEW.message_id) & 1023); "
+                    "LOOP INSERT INTO pgmsg_inbox_key (inbox, message_id) "
+                    "VALUES (NEW.inbox, NEW.message_id) ON CONFLICT DO NOTHING; "
+                    "IF FOUND THEN RETURN NEW; END IF; "
+                    "PERFORM FROM pgmsg_inbox_key WHERE inbox = NEW.inbox "
+                    "AND message_id = NEW.message_id FOR UPDATE; "
+                    "EXIT WHEN FOUND; END LOOP; "
                     "IF EXISTS (SELECT FROM pgmsg_inbox_message WHERE inbox = NEW.inbox "
                     "AND message_id = NEW.message_id AND id IS DISTINCT FROM NEW.id) THEN "
                     "RETURN NULL; END IF; RETURN NEW;"
@@ -194,6 +201,23 @@ class InboxMessage(models.Model):
         if self.status == self.Status.PENDING and self.attempts:
             return "retrying"
         return self.status
+
+
+class InboxKey(models.Model):
+    """The ``(inbox, message_id)`` of every inbox message: unique across the partitions of
+    pgmsg_inbox_message (which PostgreSQL cannot index uniquely without the partition key).
+    Written by the first-receipt trigger and pgmsg_receive; a key may outlive its row, until
+    retention trims it (pgmsg.inbox.retention.trim_keys)."""
+
+    pk = models.CompositePrimaryKey("inbox", "message_id")
+    inbox = models.CharField(max_length=63)
+    message_id = models.TextField()
+
+    class Meta:
+        db_table = "pgmsg_inbox_key"
+
+    def __str__(self) -> str:
+        return f"{self.inbox} {self.message_id}"
 
 
 class InboxDeadLetter(InboxMessage):

@@ -19,9 +19,10 @@ class Notification(models.Model):
 
     Its one full index is the primary key, which the claim reads in id order: every other
     index is a page more that each producer's commit writes and flushes, and with 32
-    producers on 2 cores two more indexes cost a tenth of notify()'s rate (docs/benchmarks.md,
-    "Twenty-fourth pass"). Hence dead letters in a table of their own (they needed an index
-    of the pending rows that left them out) and no status column.
+    producers on 2 cores two more indexes cost a tenth of notify()'s rate
+    (docs/decisions.md, "Dead letters in a table of their own"). Hence dead letters in a
+    table of their own (they needed an index of the pending rows that left them out) and no
+    status column.
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -31,12 +32,12 @@ class Notification(models.Model):
     attempts = models.IntegerField(default=0, db_default=0)
     #: Not claimed before this time (retry backoff).
     available_at = models.DateTimeField(db_default=Now())
-    #: The statement's timestamp. Its default, pgmsg_notification_created() (migration 0028),
-    #: also wakes the idle workers of every channel (wake payload "channels:*") for a row
-    #: that an SQL producer, a trigger channel or the ORM inserts. There is no trigger on this
-    #: table: a row trigger cost every notify() a tenth of its rate, even when its WHEN
-    #: skipped the row (docs/wakeups.md). pgmsg_send() wakes the one channel and writes
-    #: created_at itself, so the default does not run for it.
+    #: The statement's timestamp. Its default, pgmsg_notification_created()
+    #: (channels/functions.sql), also wakes the idle workers of every channel (wake payload
+    #: "channels:*") for a row that an SQL producer, a trigger channel or the ORM inserts.
+    #: There is no trigger on this table: a row trigger cost every notify() a tenth of its
+    #: rate, even when its WHEN skipped the row (docs/decisions.md). pgmsg_send() wakes the one
+    #: channel and writes created_at itself, so the default does not run for it.
     created_at = models.DateTimeField(
         db_default=Func(function="pgmsg_notification_created", output_field=models.DateTimeField())
     )

@@ -84,12 +84,14 @@ class OutboxMessage(models.Model):
         ]
         triggers = [
             # Idempotency across partitions, as the inbox's first-receipt trigger does it
-            # (models/inbox.py): a message id the outbox still holds is skipped (the insert
-            # returns no row), whichever partition holds the first copy. The advisory lock (one
-            # of 1,024 buckets of the ids) makes a concurrent publish of the same id wait for
-            # the first one's commit, then see it (READ COMMITTED takes a new snapshot per
-            # statement); under REPEATABLE READ the wait could not see it, so that level is
-            # refused. Rows put back by maintenance keep their id and are let through.
+            # (models/inbox.py), with the keys in pgmsg_outbox_key (OutboxKey): a message id
+            # the outbox still holds is skipped (the insert returns no row), whichever
+            # partition holds the first copy; a concurrent publish of the same id waits on the
+            # key's index entry (or row lock) for the first one's transaction; publishes of
+            # distinct ids never wait for each other. A key outlives its relayed row until the
+            # relays' maintenance trims it: such an id is stored again, as before the key
+            # table. Under REPEATABLE READ the wait could not see the first copy, so that
+            # level is refused. Rows put back by maintenance keep their id and are let through.
             pgtrigger.Trigger(
                 name="pgmsg_outbox_first_publish",
                 level=pgtrigger.Row,
@@ -101,8 +103,12 @@ class OutboxMessage(models.Model):
                     "or SERIALIZABLE transaction (REPEATABLE READ cannot see a concurrent "
                     "first copy)', NEW.outbox, NEW.message_id "
                     "USING ERRCODE = 'feature_not_supported'; END IF; "
-                    "PERFORM pg_advisory_xact_lock(hashtext('pgmsg.outbox.key'), "
-                    "hashtext(NEW.outbox || ':' || NEW.message_id) & 1023); "
+                    "LOOP INSERT INTO pgmsg_outbox_key (outbox, message_id) "
+                    "VALUES (NEW.outbox, NEW.message_id) ON CONFLICT DO NOTHING; "
+                    "IF FOUND THEN RETURN NEW; END IF; "
+                    "PERFORM FROM pgmsg_outbox_key WHERE outbox = NEW.outbox "
+                    "AND message_id = NEW.message_id FOR UPDATE; "
+                    "EXIT WHEN FOUND; END LOOP; "
                     "IF EXISTS (SELECT FROM pgmsg_outbox_message WHERE outbox = NEW.outbox "
                     "AND message_id = NEW.message_id AND id IS DISTINCT FROM NEW.id) THEN "
                     "RETURN NULL; END IF; RETURN NEW;"
@@ -133,3 +139,20 @@ class OutboxMessage(models.Model):
         if self.status == self.Status.DEAD:
             return "dead"
         return "retrying" if self.attempts else "pending"
+
+
+class OutboxKey(models.Model):
+    """The ``(outbox, message_id)`` of every outbox message: unique across the partitions of
+    pgmsg_outbox_message. Written by the first-publish trigger; a key outlives its row (the
+    relay deletes a row it published) until maintenance trims it
+    (pgmsg.outbox.partitions.trim_keys)."""
+
+    pk = models.CompositePrimaryKey("outbox", "message_id")
+    outbox = models.CharField(max_length=63)
+    message_id = models.TextField()
+
+    class Meta:
+        db_table = "pgmsg_outbox_key"
+
+    def __str__(self) -> str:
+        return f"{self.outbox} {self.message_id}"

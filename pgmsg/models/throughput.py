@@ -34,9 +34,12 @@ class Throughput(models.Model):
 
 class Overview(Throughput):
     """The admin's "pgmsg overview" page (pgmsg/admin/overview.py): no table of its own; its
-    view permission (``pgmsg.view_overview``) opens the page."""
+    view permission (``pgmsg.view_overview``) opens the page and shows counts; a dead letter's
+    payload and error need its own model's view permission."""
 
     class Meta:
         proxy = True
+        # A page to look at: adding, changing or deleting it means nothing.
+        default_permissions = ("view",)
         verbose_name = "pgmsg overview"
         verbose_name_plural = "pgmsg overview"

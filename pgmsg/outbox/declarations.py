@@ -11,11 +11,24 @@ from typing import Any, TypeVar
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
 
-from pgmsg.core import conf, errors, names, payload_types, payloads, sql
+from pgmsg.core import (
+    asynchrony,
+    conf,
+    errors,
+    locks,
+    names,
+    payload_types,
+    payloads,
+    schema,
+    sql,
+    wire,
+)
 from pgmsg.core.ids import uuid7
 from pgmsg.outbox import slots
 
 QUERIES = sql.load(__package__, "outbox.sql")
+#: publish()'s statement for a table outbox (no libpq form: the ladder's cursor rungs).
+_PUBLISH = wire.Statement(QUERIES["publish"])
 
 #: Keys and header names longer than this are refused (they travel in every broker message).
 MAX_KEY_LENGTH = 1000
@@ -244,13 +257,13 @@ def publish(
     """
     row = _row(message, payload, type, topic, key, headers, message_id)
     using = using or conf.get().DATABASE
-    with connections[using].cursor() as cursor:
-        if row["capture"] == "logical":
+    if row["capture"] == "logical":
+        with schema.translated(using), connections[using].cursor() as cursor:
             slots.emit(cursor, row["outbox"], row, using=using)
-            return Published(row["message_id"], stored=True)
-        cursor.execute(QUERIES["publish"], row)
-        found = cursor.fetchone()
-    return Published(row["message_id"], stored=found is not None, id=found and found[0])
+        return Published(row["message_id"], stored=True)
+    # No row: a message id still held.
+    stored = wire.send(connections[using], _PUBLISH, {**row, "lock_space": locks.OUTBOX})
+    return Published(row["message_id"], stored=stored is not None, id=stored)
 
 
 def publish_many(messages: Iterable[Any], *, using: str | None = None) -> list[Published]:
@@ -279,7 +292,7 @@ def publish_many(messages: Iterable[Any], *, using: str | None = None) -> list[P
         by_outbox.setdefault(row["outbox"], []).append(row)
     stored: dict[tuple[str, str], int] = {}
     using = using or conf.get().DATABASE
-    with connections[using].cursor() as cursor:
+    with schema.translated(using), connections[using].cursor() as cursor:
         for name, group in by_outbox.items():
             if group[0]["capture"] == "logical":
                 for row in group:  # in order: one WAL message each
@@ -290,6 +303,7 @@ def publish_many(messages: Iterable[Any], *, using: str | None = None) -> list[P
                 QUERIES["publish_many"],
                 {
                     "outbox": name,
+                    "lock_space": locks.OUTBOX,
                     "destination": group[0]["destination"],
                     "message_ids": [r["message_id"] for r in group],
                     "topics": [r["topic"] for r in group],
@@ -305,6 +319,10 @@ def publish_many(messages: Iterable[Any], *, using: str | None = None) -> list[P
         id_ = stored.pop((row["outbox"], row["message_id"]), None)
         results.append(Published(row["message_id"], stored=id_ is not None, id=id_ or None))
     return results
+
+
+apublish = asynchrony.awaitable(publish)
+apublish_many = asynchrony.awaitable(publish_many)
 
 
 def _row(message, payload, type_, topic, key, headers, message_id) -> dict[str, Any]:

@@ -135,7 +135,7 @@ WHERE s.slot_name = %(slot)s;
 -- name: lock_outbox
 -- In the dropping transaction: the outbox's relay lock (partition 0, as a relay takes it), so
 -- that no relay holds the outbox while its slot is dropped; false when one holds it now.
-SELECT pg_try_advisory_xact_lock(hashtext('pgmsg.outbox:' || %(outbox)s), 0);
+SELECT pg_try_advisory_xact_lock(hashtext(%(lock_space)s || %(outbox)s), 0);
 
 -- name: relay_holder
 -- The process of the session that holds an outbox's relay lock (a relay), if any.
@@ -143,6 +143,6 @@ SELECT a.pid, a.application_name, a.client_addr::text
 FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid)
 WHERE l.locktype = 'advisory' AND l.granted AND l.database = (
         SELECT oid FROM pg_database WHERE datname = current_database())
-  AND l.classid::bigint = (hashtext('pgmsg.outbox:' || %(outbox)s)::bigint & 4294967295)
+  AND l.classid::bigint = (hashtext(%(lock_space)s || %(outbox)s)::bigint & 4294967295)
   AND l.objid = 0 AND l.objsubid = 2
 LIMIT 1;

@@ -7,8 +7,9 @@ import logging
 from collections.abc import Iterable
 
 from django.db import DatabaseError, connections, transaction
+from django.db.models import Q
 
-from pgmsg.core import conf, errors, sql
+from pgmsg.core import conf, errors, locks, sql
 from pgmsg.outbox import declarations, slots
 
 logger = logging.getLogger(__name__)
@@ -18,6 +19,9 @@ SLOT_QUERIES = sql.load(__package__, "logical.sql")
 
 HEALTHY = "healthy"
 DEGRADED = "degraded"
+#: Refusals of one pending message from which its outbox is degraded: the broker said no
+#: twice in a row (a missing exchange or stream says no on every try).
+FAILING_ATTEMPTS = 2
 
 
 def dead_letters(outbox: str | None = None):
@@ -65,6 +69,20 @@ def discard(
     return count
 
 
+def missing(ids: Iterable[int], *, action: str) -> list[int]:
+    """The ``ids`` that ``action`` ("replay" or "discard") would not find: replay takes dead
+    and retrying messages, discard dead and pending ones. Sorted."""
+    from pgmsg.models import OutboxMessage
+
+    wanted = {int(i) for i in ids}
+    rows = OutboxMessage.objects.using(conf.get().DATABASE).filter(id__in=wanted)
+    if action == "replay":
+        rows = rows.filter(Q(status="dead") | Q(status="pending", attempts__gt=0))
+    else:
+        rows = rows.filter(status__in=("dead", "pending"))
+    return sorted(wanted - set(rows.values_list("id", flat=True)))
+
+
 def _select(ids: Iterable[int] | None, outbox: str | None) -> list[int]:
     if ids is not None:
         return [int(i) for i in ids]
@@ -86,6 +104,10 @@ class OutboxHealth:
     relayed_partitions: tuple[int, ...]
     status: str
     reasons: tuple[str, ...] = ()
+    #: Pending messages the broker refused FAILING_ATTEMPTS times or more (heads that keep
+    #: failing), and the broker's latest error for one of them ("" when none).
+    failing: int = 0
+    last_error: str = ""
     #: "table" or "logical"; the slot fields are None in table mode.
     capture: str = "table"
     #: Logical mode: the outbox's replication slot (None: not created yet).
@@ -112,11 +134,35 @@ class OutboxHealth:
         return data
 
 
+@dataclasses.dataclass(frozen=True)
+class OutboxBacklog:
+    outbox: str
+    pending: int
+    dead: int
+    #: Seconds since the oldest pending message was written (0 when none is pending).
+    oldest_pending_age: float
+
+
+def backlog() -> list[OutboxBacklog]:
+    """Pending and dead messages of every outbox, declared in this process or with messages
+    in the table (the admin overview of a web process that loads no outbox), sorted by name.
+    Counted from the table: in logical mode, messages still in the WAL are not counted (see
+    health()'s slot fields)."""
+    with connections[conf.get().DATABASE].cursor() as cursor:
+        cursor.execute(QUERIES["backlog"])
+        found = {row[0]: OutboxBacklog(*row) for row in cursor.fetchall()}
+    for name in declarations.registry.outboxes:
+        found.setdefault(name, OutboxBacklog(name, 0, 0, 0.0))
+    return sorted(found.values(), key=lambda b: b.outbox)
+
+
 def health(names: Iterable[str] | None = None) -> list[OutboxHealth]:
     """Health of the named outboxes (default: every declared one), sorted by name.
 
     Degraded when a message is dead, the oldest pending message is PGMSG OUTBOX_DEGRADED_AGE
-    seconds old or more, or messages are pending while no relay holds some partition; in
+    seconds old or more, a pending message was refused FAILING_ATTEMPTS times or more (its
+    key's head keeps failing: the broker's last error is given), or messages are pending
+    while no relay holds some partition; in
     logical mode also when the slot is missing or its oldest unconfirmed message is that old.
     """
     registry = declarations.registry
@@ -125,52 +171,22 @@ def health(names: Iterable[str] | None = None) -> list[OutboxHealth]:
         registry.get(name)
     settings = conf.get()
     with connections[settings.DATABASE].cursor() as cursor:
-        cursor.execute(QUERIES["health"], {"outboxes": wanted})
+        cursor.execute(
+            QUERIES["health"],
+            {"outboxes": wanted, "failing": FAILING_ATTEMPTS, "lock_space": locks.OUTBOX},
+        )
         found = {row[0]: row[1:] for row in cursor.fetchall()}
     result = []
     for name in wanted:
         spec = registry.get(name)
-        pending, dead, age, held = found[name]
+        pending, dead, age, held, failing, last_error = found[name]
         held = tuple(p for p in held if p < spec.partitions)
-        reasons = []
-        if dead:
-            reasons.append(f"{dead} dead")
-        if age >= settings.OUTBOX_DEGRADED_AGE:
-            reasons.append(
-                f"oldest pending is {age:.0f}s old (threshold {settings.OUTBOX_DEGRADED_AGE:g}s)"
-            )
-        if pending and len(held) < spec.partitions:
-            reasons.append(
-                f"{pending} pending and no relay holds partition(s) "
-                f"{sorted(set(range(spec.partitions)) - set(held))}"
-            )
+        last_error = (last_error.strip().splitlines() or [""])[-1]
+        reasons = _table_reasons(spec, settings, pending, dead, age, held, failing, last_error)
         slot_fields: dict = {}
         if spec.capture == "logical":
             slot_fields = _slot_health(name, settings.DATABASE)
-            slot_age = slot_fields["slot_age"]
-            wal_status = slot_fields.get("slot_wal_status")
-            if slot_fields["slot"] is None:
-                reasons.append("no replication slot yet: start its relay")
-            elif wal_status == "lost":
-                reasons.append(
-                    f"replication slot {slot_fields['slot']} was invalidated (wal_status lost): "
-                    "its unrelayed messages are gone; the relay stops and publish() raises "
-                    f"until `manage.py pgmsg_outbox drop-slot {name} --yes`"
-                )
-            elif wal_status == "unreserved":
-                reasons.append(
-                    f"replication slot {slot_fields['slot']} holds more WAL than "
-                    "max_slot_wal_keep_size (wal_status unreserved): it is invalidated at the "
-                    "next checkpoint unless its relay catches up"
-                )
-            elif slot_age is not None and slot_age >= settings.OUTBOX_DEGRADED_AGE:
-                reasons.append(
-                    f"oldest unrelayed message in the slot is {slot_age:.0f}s old "
-                    f"(threshold {settings.OUTBOX_DEGRADED_AGE:g}s, "
-                    f"{slot_fields['slot_lag_bytes']} bytes of WAL behind)"
-                )
-            if slot_fields["slot"] is not None and not held:
-                reasons.append("no relay reads the slot, which keeps WAL meanwhile")
+            reasons += _slot_reasons(name, slot_fields, held, settings)
         result.append(
             OutboxHealth(
                 outbox=name,
@@ -184,9 +200,62 @@ def health(names: Iterable[str] | None = None) -> list[OutboxHealth]:
                 relayed_partitions=held,
                 status=DEGRADED if reasons else HEALTHY,
                 reasons=tuple(reasons),
+                failing=failing,
+                last_error=last_error,
             )
         )
     return result
+
+
+def _table_reasons(spec, settings, pending, dead, age, held, failing, last_error) -> list[str]:
+    """Why the outbox's table makes it degraded (none: healthy)."""
+    reasons = []
+    if dead:
+        reasons.append(f"{dead} dead")
+    if failing:
+        reasons.append(
+            f"{failing} pending refused {FAILING_ATTEMPTS}+ times by the broker, last: {last_error}"
+        )
+    if age >= settings.OUTBOX_DEGRADED_AGE:
+        reasons.append(
+            f"oldest pending is {age:.0f}s old (threshold {settings.OUTBOX_DEGRADED_AGE:g}s)"
+        )
+    if pending and len(held) < spec.partitions:
+        reasons.append(
+            f"{pending} pending and no relay holds partition(s) "
+            f"{sorted(set(range(spec.partitions)) - set(held))}"
+        )
+    return reasons
+
+
+def _slot_reasons(name: str, slot_fields: dict, held: tuple, settings) -> list[str]:
+    """Why a logical outbox's replication slot makes it degraded (none: healthy)."""
+    reasons = []
+    slot_age = slot_fields.get("slot_age")  # absent while there is no slot
+    wal_status = slot_fields.get("slot_wal_status")
+    if slot_fields["slot"] is None:
+        reasons.append("no replication slot yet: start its relay")
+    elif wal_status == "lost":
+        reasons.append(
+            f"replication slot {slot_fields['slot']} was invalidated (wal_status lost): "
+            "its unrelayed messages are gone; the relay stops and publish() raises "
+            f"until `manage.py pgmsg_outbox drop-slot {name} --yes`"
+        )
+    elif wal_status == "unreserved":
+        reasons.append(
+            f"replication slot {slot_fields['slot']} holds more WAL than "
+            "max_slot_wal_keep_size (wal_status unreserved): it is invalidated at the "
+            "next checkpoint unless its relay catches up"
+        )
+    elif slot_age is not None and slot_age >= settings.OUTBOX_DEGRADED_AGE:
+        reasons.append(
+            f"oldest unrelayed message in the slot is {slot_age:.0f}s old "
+            f"(threshold {settings.OUTBOX_DEGRADED_AGE:g}s, "
+            f"{slot_fields['slot_lag_bytes']} bytes of WAL behind)"
+        )
+    if slot_fields["slot"] is not None and not held:
+        reasons.append("no relay reads the slot, which keeps WAL meanwhile")
+    return reasons
 
 
 def _slot_health(outbox: str, using: str) -> dict:
@@ -230,7 +299,7 @@ def unrelayed_messages(outbox: str, *, using: str | None = None) -> list:
     in commit order): what dropping the slot would lose. Reads the slot under the outbox's
     relay lock: raises ReplicationSlotInUse while a relay holds the outbox or another session
     reads the slot, ReplicationSlotLost when the slot was invalidated (they cannot be read)."""
-    from pgmsg.outbox import logical  # the relay's modules load only where they are used
+    from pgmsg.outbox import logical_source  # the relay's modules load only where they are used
 
     using = using or conf.get().DATABASE
     found = slots.state(outbox, using=using)
@@ -249,7 +318,7 @@ def unrelayed_messages(outbox: str, *, using: str | None = None) -> list:
                 f"a session is reading the slot {found.slot!r} of outbox {outbox!r} right now "
                 "(health's look, or a peek by hand): try again"
             ) from exc
-        transactions = logical.decode(cursor.fetchall(), outbox)
+        transactions = logical_source.decode(cursor.fetchall(), outbox)
     return [e for _, messages in transactions for e in messages]
 
 

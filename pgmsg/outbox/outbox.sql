@@ -1,6 +1,6 @@
 -- The transactional outbox: publish in the producer's transaction, claim and settle in the relay.
--- The advisory-lock space of an outbox is hashtext('pgmsg.outbox:' || name): ':' is not allowed
--- in names, so it cannot be an inbox's space (hashtext(inbox name)).
+-- The advisory-lock class of an outbox is hashtext(%(lock_space)s || name), lock_space being
+-- core/locks.py's OUTBOX.
 
 -- name: publish
 -- One message. A keyed message first takes the transaction-level lock of (outbox, key), so a
@@ -9,7 +9,7 @@
 -- row returned) by the trigger pgmsg_outbox_first_publish (models/outbox.py), whichever
 -- partition holds it.
 WITH locked AS MATERIALIZED (
-    SELECT pg_advisory_xact_lock(hashtext('pgmsg.outbox:' || %(outbox)s), hashtext(%(key)s))
+    SELECT pg_advisory_xact_lock(hashtext(%(lock_space)s || %(outbox)s), hashtext(%(key)s))
     WHERE %(key)s::text IS NOT NULL
 )
 INSERT INTO pgmsg_outbox_message (outbox, message_id, destination, topic, type, key, payload,
@@ -22,12 +22,12 @@ RETURNING id;
 -- name: publish_many
 -- Many messages of one outbox in one statement; the keys are locked first, in sorted order (two
 -- such statements cannot deadlock on each other), then the rows get their ids in the given
--- order. Rows go in in the order of their first-publish lock (a bucket of 1,024, the
--- expression of the trigger pgmsg_outbox_first_publish in models/outbox.py), then message id:
--- two batches whose ids share buckets, inserted concurrently in different orders, would each
--- wait on the other's lock (a deadlock); in one order, one waits. Known ids are skipped.
+-- order. Rows go in in message id order, each taking its key in pgmsg_outbox_key (the trigger
+-- pgmsg_outbox_first_publish in models/outbox.py): two batches that share ids, inserted
+-- concurrently in different orders, would each wait for a key the other holds (a deadlock);
+-- in one order, one waits. Distinct ids never wait for each other. Known ids are skipped.
 WITH locked AS MATERIALIZED (
-    SELECT pg_advisory_xact_lock(hashtext('pgmsg.outbox:' || %(outbox)s), hashtext(k))
+    SELECT pg_advisory_xact_lock(hashtext(%(lock_space)s || %(outbox)s), hashtext(k))
     FROM (SELECT DISTINCT k FROM unnest(%(keys)s::text[]) AS k WHERE k IS NOT NULL
           ORDER BY k) AS s
 ), numbered AS MATERIALIZED (
@@ -43,7 +43,7 @@ INSERT INTO pgmsg_outbox_message (id, outbox, message_id, destination, topic, ty
 SELECT m.id, %(outbox)s, m.message_id, %(destination)s, m.topic, m.type, m.key, m.payload,
        m.headers
 FROM numbered AS m
-ORDER BY hashtext(%(outbox)s || ':' || m.message_id) & 1023, m.message_id, m.n
+ORDER BY m.message_id, m.n
 RETURNING message_id, id;
 
 -- name: take_partitions
@@ -51,7 +51,7 @@ RETURNING message_id, id;
 -- its partitions for as long as its connection lives; when it dies, another relay's next try
 -- takes them (takeover).
 SELECT p FROM unnest(%(partitions)s::int[]) AS p
-WHERE pg_try_advisory_lock(hashtext('pgmsg.outbox:' || %(outbox)s), p)
+WHERE pg_try_advisory_lock(hashtext(%(lock_space)s || %(outbox)s), p)
 ORDER BY p;
 
 -- name: claim
@@ -127,9 +127,22 @@ WITH discarded AS (
 )
 SELECT (SELECT count(*) FROM discarded), (SELECT count(*) FROM woken);
 
+-- name: backlog
+-- Per outbox with messages in the table: pending, dead, and the age of the oldest pending one.
+-- The table holds only unrelayed messages (a relayed one is deleted), so this reads no
+-- history.
+SELECT outbox,
+       count(*) FILTER (WHERE status = 'pending'),
+       count(*) FILTER (WHERE status = 'dead'),
+       coalesce(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE status = 'pending')),
+                0)::float8
+FROM pgmsg_outbox_message
+GROUP BY outbox;
+
 -- name: health
--- Per outbox: pending, dead, age of the oldest pending message, and the partitions a relay
--- holds now (session advisory locks in pg_locks; classid is the lock space as an oid). Only
+-- Per outbox: pending, dead, age of the oldest pending message, the partitions a relay
+-- holds now, and the pending messages the broker refused %(failing)s times or more (how many,
+-- and the latest error of one: a head that keeps failing) (session advisory locks in pg_locks; classid is the lock space as an oid). Only
 -- this database's: pg_locks lists the whole server's, and a relay of an outbox of the same
 -- name in another database holds nothing here (drop-slot's lock would be granted).
 SELECT o.outbox,
@@ -143,6 +156,11 @@ SELECT o.outbox,
                AND l.database = (SELECT oid FROM pg_database
                                  WHERE datname = current_database())
                AND l.classid::bigint
-                   = (hashtext('pgmsg.outbox:' || o.outbox)::bigint & 4294967295)
-             ORDER BY 1)
+                   = (hashtext(%(lock_space)s || o.outbox)::bigint & 4294967295)
+             ORDER BY 1),
+       (SELECT count(*) FROM pgmsg_outbox_message
+        WHERE outbox = o.outbox AND status = 'pending' AND attempts >= %(failing)s),
+       coalesce((SELECT last_error FROM pgmsg_outbox_message
+                 WHERE outbox = o.outbox AND status = 'pending' AND attempts >= %(failing)s
+                 ORDER BY last_failed_at DESC LIMIT 1), '')
 FROM unnest(%(outboxes)s::text[]) AS o(outbox);

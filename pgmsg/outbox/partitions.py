@@ -24,11 +24,38 @@ WEEKS_AHEAD = 2
 CHECK_INTERVAL = 300.0
 
 
+#: Keys trimmed per transaction (trim_keys).
+KEYS_PER_TRIM = 10_000
+
+
 def maintain(*, now: dt.datetime | None = None) -> list[str]:
-    """The relays' periodic pass: partitions ahead, then drop_emptied(). Returns the
-    partitions dropped."""
+    """The relays' periodic pass: partitions ahead, drop_emptied(), then trim_keys(). Returns
+    the partitions dropped."""
     ensure_partitions(now=now)
-    return drop_emptied(now=now)
+    dropped = drop_emptied(now=now)
+    trim_keys()
+    return dropped
+
+
+def trim_keys() -> int:
+    """Delete the keys of pgmsg_outbox_key whose message is gone (relayed or discarded),
+    KEYS_PER_TRIM a transaction, until fewer are found. A key outliving its row never refuses
+    a message (the partitions are looked up then); trimming keeps the table to about the rows
+    held. Returns the count."""
+    database = conf.get().DATABASE
+    trimmed = 0
+    while True:
+        with transaction.atomic(using=database), connections[database].cursor() as cursor:
+            cursor.execute(QUERIES["lock_stale_keys"], {"limit": KEYS_PER_TRIM})
+            stale = cursor.fetchall()
+            if stale:
+                cursor.execute(
+                    QUERIES["delete_stale_keys"],
+                    {"outboxes": [k[0] for k in stale], "message_ids": [k[1] for k in stale]},
+                )
+                trimmed += cursor.rowcount
+        if len(stale) < KEYS_PER_TRIM:
+            return trimmed
 
 
 def ensure_partitions(*, now: dt.datetime | None = None) -> list[str]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pgmsg.core import sources
 from pgmsg.outbox import declarations
-from pgmsg.outbox.logical import LogicalRelay
-from pgmsg.outbox.relay import OutboxRelay
+from pgmsg.outbox.logical_source import LogicalRelay
+from pgmsg.outbox.source import OutboxRelay
 
 
 def worker_sources(options: sources.SourceOptions) -> list[OutboxRelay]:

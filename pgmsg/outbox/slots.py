@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db import connections, transaction
 
-from pgmsg.core import errors, sql
+from pgmsg.core import errors, locks, sql
 
 QUERIES = sql.load(__package__, "logical.sql")
 
@@ -133,10 +133,10 @@ def lost_error(outbox: str, found: SlotState) -> errors.ReplicationSlotLost:
 def lock_out_relays(cursor, outbox: str, found: SlotState) -> None:
     """Take ``outbox``'s relay lock for the rest of the transaction, so that no relay starts
     reading its slot meanwhile; raise ReplicationSlotInUse, naming it, when a relay holds it."""
-    cursor.execute(QUERIES["lock_outbox"], {"outbox": outbox})
+    cursor.execute(QUERIES["lock_outbox"], {"outbox": outbox, "lock_space": locks.OUTBOX})
     if cursor.fetchone()[0]:
         return
-    cursor.execute(QUERIES["relay_holder"], {"outbox": outbox})
+    cursor.execute(QUERIES["relay_holder"], {"outbox": outbox, "lock_space": locks.OUTBOX})
     holder = cursor.fetchone()
     who = f" (backend pid {holder[0]}, client {holder[2] or 'local'})" if holder else ""
     raise errors.ReplicationSlotInUse(

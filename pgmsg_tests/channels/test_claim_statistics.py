@@ -113,8 +113,9 @@ def test_a_batch_rolled_back_for_a_failure_is_claimed_again_with_savepoints(monk
     assert sorted(pending, key=lambda key: int(key[1:])) == [f"r{i}" for i in range(200, 300)]
 
 
+@pytest.mark.wire_fast_path
 def test_the_claim_is_prepared_and_a_deallocation_behind_its_back_loses_nothing():
-    """The claim runs as a statement prepared on the worker's connection (libpq.opening_rows'
+    """The claim runs as a statement prepared on the worker's connection (wire.opening_rows'
     prepare). After a DEALLOCATE ALL there (by a handler, say) the next claim finds it gone,
     rolls back its BEGIN and prepares it anew: every message is handled once."""
     pgmsg.notify_many(Work(key=f"d{i}") for i in range(250))

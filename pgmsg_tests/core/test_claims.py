@@ -56,13 +56,20 @@ def test_a_record_commits_before_its_answer_is_read(worker):
     assert worker.last_claim == xid
 
 
-def test_the_answer_counts_the_crashes_of_batches_that_died(worker):
+def test_the_answer_names_the_suspects_and_charges_crashes_only_to_rows_that_ran_alone(worker):
     died = aborted_transaction_id()
     with claims.send_record(worker, "test", [10, 11, 12], died) as record:
         assert record.crashes() == {}
     died_again = aborted_transaction_id()
+    # Rows of a batch of several that died: suspects, but nobody's crash.
     with claims.send_record(worker, "test", [11, 12], died_again) as record:
-        assert record.crashes() == {11: 1, 12: 1}
+        assert record.crashes() == {11: 0, 12: 0}
+    with claims.send_record(worker, "test", [12], aborted_transaction_id()) as record:
+        assert record.crashes() == {12: 0}
+    # 12 died alone: charged once; a batch narrowed to one row ran it alone too.
+    with claims.send_record(worker, "test", [12, 13], aborted_transaction_id()) as record:
+        assert record.crashes() == {12: 1}
+    claims.narrow(worker, "test", [12], worker.last_claim)
     with claims.send_record(worker, "test", [12, 13], aborted_transaction_id() + 1) as record:
         assert record.crashes() == {12: 2}
     assert claims.record_and_count(worker, "other", [12], died + 1_000_000) == {}
@@ -83,7 +90,7 @@ def test_a_catch_up_batch_is_recorded_uncompressed_and_counted(worker):
         # As sent: 2,000 x 8 bytes and a 20-byte header, not compressed.
         assert cursor.fetchall() == [(2_000, None, 16_020)]
     again = claims.record_and_count(worker, "event", ids[1_000:], aborted_transaction_id())
-    assert again == dict.fromkeys(ids[1_000:], 1)
+    assert again == dict.fromkeys(ids[1_000:], 0)  # suspects: that batch ran 2,000 events
 
 
 def test_an_error_is_raised_as_psycopg_raises_it_and_the_connection_stays_usable(worker):
@@ -133,7 +140,8 @@ def test_a_worker_replaces_its_record_while_its_batches_commit_and_keeps_those_t
     died = aborted_transaction_id()
     assert claims.record_and_count(worker, "test", [7, 8], died) == {}
     [after] = committed_transaction_ids(1)
-    assert claims.record_and_count(worker, "test", [8, 9], after) == {8: 1}  # a row of its own
+    # A row of its own; 8 a suspect, uncharged (its batch that died ran two rows).
+    assert claims.record_and_count(worker, "test", [8, 9], after) == {8: 0}
     assert claim_rows(died) == [("test", [7, 8])]
     assert claim_rows(after) == [("test", [8, 9])]
 
@@ -144,8 +152,8 @@ def test_a_workers_first_record_deletes_the_records_of_committed_batches_only():
     with connection.cursor() as cursor:
         for xid in (committed, died):
             cursor.execute(
-                "INSERT INTO pgmsg_claim (kind, ids, transaction_id, pid) "
-                "VALUES ('test', '{1}', %s, 1)",
+                "INSERT INTO pgmsg_claim (kind, ids, transaction_id, pid, alone) "
+                "VALUES ('test', '{1}', %s, 1, true)",
                 [xid],
             )
     worker = Worker(channel_names=["test.work"], install_signal_handlers=False)

@@ -22,12 +22,12 @@ import django
 django.setup()
 import pgmsg
 from pgmsg.core import worker
-from pgmsg.channels import source
+from pgmsg.channels import serving, source
 from pgmsg.inbox import model_source
-from pgmsg.events import subscription_source
+from pgmsg.events import serving, source
 from pgmsg.management.commands import listen
-from pgmsg.core import metrics
-assert not metrics.enabled()
+from pgmsg.core import instruments
+assert not instruments.enabled()
 print("imported without the extras")
 """
 

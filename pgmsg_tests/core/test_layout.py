@@ -15,6 +15,10 @@ PACKAGE = Path(pgmsg.__file__).parent
 #: (app config, checks, admin, commands, urls, the public API) on top.
 CORE = "pgmsg.core"
 CAPABILITIES = ("pgmsg.channels", "pgmsg.events", "pgmsg.inbox", "pgmsg.export", "pgmsg.outbox")
+#: Packages of the top layer that wire capabilities together for users (the live endpoint
+#: streams events and broadcast channels): they may import capabilities, nothing imports them
+#: from below.
+TOP_PACKAGES = ("pgmsg.live",)
 
 
 def module_name(path: Path) -> str:
@@ -70,7 +74,19 @@ def test_the_core_imports_no_capability_and_nothing_above_it():
     assert not wrong, "the core must import only the core:\n" + "\n".join(wrong)
 
 
-def test_capabilities_import_only_the_core_models_and_other_capabilities():
+def test_top_packages_are_imported_by_no_capability_and_not_by_the_core():
+    wrong = sorted(
+        f"{module} imports {target}"
+        for module, targets in GRAPH.items()
+        if area(module) is not None
+        for target in targets
+        if any(target == top or target.startswith(top + ".") for top in TOP_PACKAGES)
+    )
+    assert all(area(top) is None and top in MODULES for top in TOP_PACKAGES)
+    assert not wrong, "only the top layer may import pgmsg.live:\n" + "\n".join(wrong)
+
+
+def test_capabilities_import_only_the_core_and_the_models():
     top = {m for m in MODULES if area(m) is None and not m.startswith("pgmsg.models")}
     wrong = sorted(
         f"{module} imports {target}"
@@ -80,6 +96,28 @@ def test_capabilities_import_only_the_core_models_and_other_capabilities():
         if target in top
     )
     assert not wrong, "a capability reaches up into the wiring layer:\n" + "\n".join(wrong)
+
+
+def capability_crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Where a capability imports another capability: each stands on the core and the models
+    alone, and the wiring layer (pgmsg/apps.py, the commands) puts them together."""
+    return sorted(
+        f"{module} imports {target}"
+        for module, targets in graph.items()
+        if area(module) in CAPABILITIES
+        for target in targets
+        if area(target) in CAPABILITIES and area(target) != area(module)
+    )
+
+
+def test_no_capability_imports_another():
+    wrong = capability_crossings(GRAPH)
+    assert not wrong, "a capability imports another capability:\n" + "\n".join(wrong)
+
+
+def test_the_checker_sees_a_capability_importing_another():
+    graph = {"pgmsg.events.x": {"pgmsg.export.y", "pgmsg.events.z", "pgmsg.core.sql"}}
+    assert capability_crossings(graph) == ["pgmsg.events.x imports pgmsg.export.y"]
 
 
 def test_there_is_no_import_circle():
@@ -107,7 +145,7 @@ def test_there_is_no_import_circle():
 def test_no_module_dodges_an_import_with_importlib():
     # pgmsg/__init__.py re-exports lazily by design (Django imports it before models are
     # ready), and so does pgmsg/export/__init__.py (Spark's Python workers import
-    # pgmsg.export.source without Django); nothing else may load modules by name.
+    # pgmsg.export.spark_source without Django); nothing else may load modules by name.
     lazy = {"pgmsg", "pgmsg.export"}
     offenders = sorted(
         name
@@ -188,6 +226,7 @@ def test_the_tests_mirror_the_package():
     packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
     assert folders <= packages, f"test folders with no pgmsg package: {folders - packages}"
     tested = {"core", "admin", "metrics", *(c.rpartition(".")[2] for c in CAPABILITIES)}
+    tested |= {t.rpartition(".")[2] for t in TOP_PACKAGES}
     assert tested <= folders, f"pgmsg packages without a test folder: {tested - folders}"
     scripts = [p.name for p in (tests / "scripts").glob("*.py") if p.name != "__init__.py"]
     assert scripts and not [p for p in tests.rglob("test_*.py") if p.parent.name == "scripts"]

@@ -15,7 +15,7 @@ from pgmsg_tests.conftest import ROOT, WorkerProcesses, wait_for
 from pgmsg_tests.helpers import effect_counts
 from pgmsg_tests.testapp.channels import Work
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 
 def start(tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path, Path]:

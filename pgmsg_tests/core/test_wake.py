@@ -191,6 +191,7 @@ def test_the_barrier_waits_for_a_producer_that_checked_before_the_declaration(pr
         assert idle.settled
 
 
+@pytest.mark.processes
 def test_a_worker_finds_a_row_whose_producer_committed_after_the_worker_went_idle(workers):
     """The race end to end: the producer's wake check runs before the worker exists (no
     NOTIFY will come), the worker goes idle, then the producer commits. With a sweep of 600 s,
@@ -204,6 +205,7 @@ def test_a_worker_finds_a_row_whose_producer_committed_after_the_worker_went_idl
     wait_for(lambda: effect_counts() == {"w": 1}, timeout=60, message="row handled")
 
 
+@pytest.mark.processes
 def test_an_idle_worker_handles_at_once_a_row_an_sql_producer_inserts(workers):
     """No trigger on the table: created_at's default wakes the idle worker (sweep 600 s)."""
     workers.start("test.work", "--settings", "pgmsg_tests.testapp.inbox_settings")
@@ -231,6 +233,7 @@ def test_rows_a_worker_puts_back_wake_the_idle_workers_of_their_channels():
     assert Notification.objects.filter(id=row.id, channel="test.work").exists()
 
 
+@pytest.mark.processes
 def test_a_worker_finds_the_rows_a_transaction_sent_without_waking_again(workers):
     """The same race with rows that skip the wake check: the first row's check ran before the
     worker existed, the worker went idle, then pgmsg_send() added a row without a check of its
@@ -245,6 +248,7 @@ def test_a_worker_finds_the_rows_a_transaction_sent_without_waking_again(workers
     wait_for(lambda: effect_counts() == {"w": 1, "v": 1}, timeout=60, message="rows handled")
 
 
+@pytest.mark.processes
 def test_a_lone_message_leaves_the_worker_declared_and_a_stream_makes_it_withdraw(workers):
     """A message found while the worker is idle is handled under its declaration: producers
     keep waking the worker, which goes back to sleep at once. Work found again within

@@ -19,7 +19,7 @@ from pgmsg_tests.helpers import effect_counts, locked_rows
 from pgmsg_tests.testapp.channels import Poison, Work
 from pgmsg_tests.testapp.models import Effect
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 
 def nothing_pending() -> bool:
@@ -44,9 +44,10 @@ def test_a_message_that_kills_its_worker_dies_alone_and_its_batch_is_handled_onc
             assert proc.returncode == -signal.SIGKILL, workers.log(proc)
             deaths += 1
         assert deaths <= 3, "the poison must be isolated and made dead after max_attempts"
-    # The first death took the whole batch with it; the second was the poison's alone
-    # (Poison has max_attempts=2): the third worker made it dead without running it.
-    assert deaths == 2
+    # The first death took the whole batch with it (its rows suspects, none charged); the
+    # second and third were the poison's alone (Poison has max_attempts=2): the fourth
+    # worker made it dead without running it.
+    assert deaths == 3
     assert not Notification.objects.exists()
     poison = NotificationDeadLetter.objects.get()
     assert (poison.channel, poison.state) == ("test.poison", "dead")

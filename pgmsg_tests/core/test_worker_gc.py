@@ -4,8 +4,8 @@ import gc
 
 import pytest
 
-from pgmsg.core import worker as worker_module
-from pgmsg.core.worker import TRACKED_PER_MESSAGE, Worker, young_generation_for
+from pgmsg.core.worker import Worker
+from pgmsg.core.young_generation import TRACKED_PER_MESSAGE, young_generation_for
 
 
 class ThresholdProbe:
@@ -58,6 +58,6 @@ def test_the_threshold_comes_back_when_the_run_fails(thresholds):
         pass
 
     with pytest.raises(Broken), young_generation_for(200):
-        assert gc.get_threshold() == (worker_module.TRACKED_PER_MESSAGE * 200, 10, 10)
+        assert gc.get_threshold() == (TRACKED_PER_MESSAGE * 200, 10, 10)
         raise Broken
     assert gc.get_threshold() == (700, 10, 10)

@@ -15,7 +15,7 @@ from pgmsg_tests.helpers import effect_counts, locked_rows
 from pgmsg_tests.testapp.channels import Shout, Work
 from pgmsg_tests.testapp.models import Effect
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 
 def all_handled(total: int):

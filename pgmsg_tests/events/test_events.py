@@ -16,7 +16,7 @@ from pgmsg.events import reads
 from pgmsg.events import store as events
 from pgmsg.models import StoredEvent, Stream
 from pgmsg_tests.conftest import wait_for
-from pgmsg_tests.helpers import refused_in_another_thread
+from pgmsg_tests.helpers import refused_by_the_server, refused_in_another_thread
 from pgmsg_tests.testapp.events_handlers import Deposited, Opened, Step, Withdrawn
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -334,7 +334,7 @@ def test_a_producer_that_is_not_django_appends_with_pgmsg_append():
     assert not pgmsg.read_stream("account-41")
 
 
-# -- append() sends its arrays in PostgreSQL's binary form (libpq.text_array, uuid_array) ----
+# -- append() sends its arrays in PostgreSQL's binary form (wire.text_array, uuid_array) -----
 
 AWKWARD = [
     "",
@@ -360,26 +360,76 @@ def test_append_stores_awkward_text_and_metadata_exactly(through_django):
     assert [event.version for event in stored] == list(range(1, len(AWKWARD) + 1))
 
 
-def test_append_inside_an_execute_wrapper_goes_through_psycopgs_cursor(monkeypatch):
-    from pgmsg.core import libpq
+@pytest.mark.wire_fast_path
+def test_append_inside_an_execute_wrapper_goes_through_djangos_cursor(monkeypatch):
+    """Where Django's cursor is watched, append()'s statement goes through it: an execute
+    wrapper (an APM agent, pgtrigger.ignore) sees it, and nothing goes through libpq."""
+    from pgmsg.core.wire import protocol
 
     sent_by_libpq = []
-    one_value = libpq.one_value
+    one_value = protocol.one_value
     monkeypatch.setattr(
-        libpq,
+        protocol,
         "one_value",
         lambda *args, **options: sent_by_libpq.append(args) or one_value(*args, **options),
     )
     pgmsg.append("plain-1", Opened(owner="n"))
     assert len(sent_by_libpq) == 1
-    with connection.execute_wrapper(lambda execute, *args: execute(*args)):
+    seen = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
         assert pgmsg.append("wrapped-1", [Opened(owner="o"), Opened(owner="p")]) == 2
         assert pgmsg.append("wrapped-1", Opened(owner="q"), expected_version=2) == 3
         with pytest.raises(errors.ConcurrencyError):
             pgmsg.append("wrapped-1", Opened(owner="r"), expected_version=2)
     assert len(sent_by_libpq) == 1
+    assert sum("pgmsg_append" in sql for sql in seen) >= 3
     stored = StoredEvent.objects.filter(stream_name="wrapped-1").order_by("version")
     assert [event.data["owner"] for event in stored] == ["o", "p", "q"]
+
+
+def test_append_with_query_logging_on_is_captured():
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        assert pgmsg.append("captured-1", [Opened(owner="a"), Opened(owner="b")]) == 2
+    (logged,) = [q["sql"] for q in captured.captured_queries if "pgmsg_append" in q["sql"]]
+    assert "captured-1" in logged
+
+
+@pytest.fixture
+def refused_stream():
+    with refused_by_the_server("pgmsg_event", "stream_name", "refused-1") as stream:
+        yield stream
+
+
+@pytest.mark.parametrize("in_transaction", [False, True])
+@pytest.mark.parametrize("watch", ["execute_wrapper", "capture", "setting"])
+def test_an_error_in_append_where_djangos_cursor_is_watched_is_djangos(
+    refused_stream, watch, in_transaction
+):
+    """As from Django's cursor: django.db's DataError (psycopg's DivisionByZero its cause)."""
+    import contextlib
+
+    import psycopg
+    from django.db import DataError
+    from django.test import override_settings
+    from django.test.utils import CaptureQueriesContext
+
+    watching = {
+        "execute_wrapper": connection.execute_wrapper(lambda execute, *args: execute(*args)),
+        "capture": CaptureQueriesContext(connection),
+        "setting": override_settings(PGMSG={"SEND_THROUGH_DJANGO_CURSOR": True}),
+    }[watch]
+    block = transaction.atomic() if in_transaction else contextlib.nullcontext()
+    with watching, pytest.raises(DataError) as raised, block:
+        pgmsg.append(refused_stream, Opened(owner="x"))
+    assert not isinstance(raised.value, psycopg.Error)
+    assert isinstance(raised.value.__cause__, psycopg.errors.DivisionByZero)
 
 
 @pytest.fixture
@@ -387,30 +437,31 @@ def libpq_appends(monkeypatch):
     """The appends that went through libpq (the real functions, counted as (path, stream)):
     the full path's one_value, and the shorter one a connection takes once it has been
     through it."""
-    from pgmsg.core import libpq, sends
+    from pgmsg.core.wire import protocol, sends
 
     calls = []
-    real, real_hot = libpq.one_value, sends._hot_value
+    real, real_hot = protocol.one_value, sends._kept_value
 
     def counted(conn, statement, values, **options):
         calls.append(("full", values[0]))
         return real(conn, statement, values, **options)
 
-    def counted_hot(db, hot, values, *statements):
-        value = real_hot(db, hot, values, *statements)
+    def counted_hot(db, hot, statement, params):
+        value = real_hot(db, hot, statement, params)
         if value is not sends.NOT_SENT:
-            calls.append(("kept", values[0]))
+            calls.append(("kept", params["stream"]))
         return value
 
-    monkeypatch.setattr(libpq, "one_value", counted)
-    monkeypatch.setattr(sends, "_hot_value", counted_hot)
+    monkeypatch.setattr(protocol, "one_value", counted)
+    monkeypatch.setattr(sends, "_kept_value", counted_hot)
     return calls
 
 
+@pytest.mark.wire_fast_path
 def test_after_its_first_append_the_shorter_path_still_notices_what_changes_between_calls(
     libpq_appends,
 ):
-    """append() checks less once its connection has sent through libpq (sends.kept_send); it
+    """append() checks less once its connection has sent through libpq (sends._kept_value); it
     must still notice everything that can change from one call to the next, and keep its
     answers: a retried append, a version mismatch, a duplicate id, a rollback."""
     from django.db.transaction import TransactionManagementError

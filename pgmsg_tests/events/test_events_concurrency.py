@@ -74,6 +74,7 @@ def open_transaction():
 # -- many processes, one stream ------------------------------------------------------------------
 
 
+@pytest.mark.processes
 def test_many_processes_appending_with_expected_versions_never_duplicate_or_skip(monkeypatch):
     processes, wins = 4, 25
     monkeypatch.setenv("DATABASE_URL", database_url(connection.settings_dict))

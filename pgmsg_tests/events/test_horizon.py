@@ -31,6 +31,7 @@ def open_writing_transaction(dbname: str) -> psycopg.Connection:
     return conn
 
 
+@pytest.mark.processes
 def test_an_open_transaction_in_another_database_does_not_hold_a_subscription_back(workers):
     start_ready(workers, "--subscription", "test-seq")
     other = open_writing_transaction("postgres")
@@ -98,6 +99,7 @@ def test_the_admin_names_what_holds_the_horizon_back(client):
     client.force_login(user)
     pages = ["/admin/pgmsg/overview/", "/admin/pgmsg/subscriptionpartition/"]
     blocker = open_writing_transaction(connection.settings_dict["NAME"])
+    blocker.execute("SELECT 'card 4242-secret' AS quoted_data")  # the session's last query
     pid = blocker.info.backend_pid
     try:
         # Named once it has held the horizon for horizon.BLOCKED_AFTER seconds.
@@ -111,9 +113,15 @@ def test_the_admin_names_what_holds_the_horizon_back(client):
         assert f"<td>{pid}</td>" in overview
         assert f"<td>{connection.settings_dict['NAME']}</td>" in overview
         assert "idle in transaction" in overview
+        # Its query text may quote any table's data: the overview permission does not show it.
+        assert "4242-secret" not in overview
+        client.force_login(User.objects.create_superuser("root", password="pw"))
+        assert "4242-secret" in client.get(pages[0]).content.decode()
+        client.force_login(user)
         partitions = client.get(pages[1]).content.decode()
         assert f"Read horizon held back by pid {pid} on database" in partitions
         assert "idle in transaction" in partitions
+        assert "4242-secret" not in partitions
     finally:
         blocker.close()
     wait_for(lambda: reads.horizon_blockers() == [], timeout=30, message="blocker gone")

@@ -14,7 +14,7 @@ from pgmsg.core import partitions
 from pgmsg.core.worker import Worker
 from pgmsg.events import partitions as event_partitions
 from pgmsg.events import subscription_operations, subscriptions
-from pgmsg.events.subscription_source import SubscriptionSource
+from pgmsg.events.source import SubscriptionSource
 from pgmsg_dev.devdb import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,6 +1,6 @@
 """A worker holds a partition and reads its events through the subscription's read function
-(subscriptions.sql, read_partition): pgmsg_read_partition for one partition (migrations 0019,
-0020 and 0029), the function create_partition_read makes for more. Both return the partition
+(subscriptions.sql, read_partition): pgmsg_read_partition for one partition (events/functions.sql),
+the function subscriptions.partition_read makes from it for more. Both return the partition
 once, in a first row of its own, then the events that read_all's statement (read_ordered, the
 bucket as a filter) returns for the same partition, for every shape of subscription; the
 partition's row also says whether a crash is on record."""

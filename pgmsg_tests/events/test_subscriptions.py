@@ -15,7 +15,7 @@ import pgmsg
 from pgmsg.core import errors
 from pgmsg.core.sources import SourceOptions
 from pgmsg.core.worker import Worker
-from pgmsg.events import subscription_operations, subscription_source, subscriptions
+from pgmsg.events import serving, source, subscription_operations, subscriptions
 from pgmsg.models import SubscriptionPartition
 from pgmsg_tests.conftest import wait_for
 from pgmsg_tests.testapp.events_handlers import Deposited, Opened, Step, Withdrawn
@@ -92,7 +92,7 @@ def test_a_batch_that_read_nothing_commits_without_waiting_for_the_flush_one_tha
     monkeypatch,
 ):
     # Every look that finds nothing moves the checkpoint to the horizon (a write to commit).
-    monkeypatch.setattr(subscription_source, "IDLE_ADVANCE_XIDS", 0)
+    monkeypatch.setattr(source, "IDLE_ADVANCE_XIDS", 0)
     with connection.cursor() as cursor:
         # The worker runs on this session: what it commits with, unless it turns it off.
         cursor.execute("SET synchronous_commit = on")
@@ -138,7 +138,7 @@ def test_looks_that_find_nothing_write_nothing_until_the_horizon_is_far_ahead(mo
         drain("test-audit")
     assert partition_row("test-audit") == handled  # not even rewritten in place
 
-    monkeypatch.setattr(subscription_source, "IDLE_ADVANCE_XIDS", 5)
+    monkeypatch.setattr(source, "IDLE_ADVANCE_XIDS", 5)
     with connection.cursor() as cursor:
         for _ in range(6):  # six transactions of their own, each with an id
             cursor.execute("SELECT pg_current_xact_id()")
@@ -340,17 +340,13 @@ def test_changing_the_partition_count_of_a_subscription_that_ran_is_refused():
 def test_worker_sources_serve_what_is_named_and_wake_on_their_category():
     with pytest.raises(errors.UnknownSubscription, match="known subscriptions: .*'test-seq'"):
         Worker(subscriptions=["nope"], install_signal_handlers=False)
-    everything = subscription_source.worker_sources(SourceOptions(True, {}, None))
+    everything = serving.worker_sources(SourceOptions(True, {}, None))
     assert {"test-seq", "test-audit", "test-ledger"} <= {s.sub.name for s in everything}
-    [seq] = subscription_source.worker_sources(
-        SourceOptions(False, {"subscriptions": ["test-seq"]}, (1, 2))
-    )
+    [seq] = serving.worker_sources(SourceOptions(False, {"subscriptions": ["test-seq"]}, (1, 2)))
     assert seq.mine == [1, 3]
     assert seq.wants("events:seq") and seq.wants("events")
     assert not seq.wants("events:account") and not seq.wants("inbox:seq")
-    [audit] = subscription_source.worker_sources(
-        SourceOptions(False, {"subscriptions": ["test-audit"]}, None)
-    )
+    [audit] = serving.worker_sources(SourceOptions(False, {"subscriptions": ["test-audit"]}, None))
     assert audit.wants("events:account") and not audit.wants("test.work")
 
 

@@ -22,7 +22,7 @@ from django.db import connection, connections, transaction
 
 import pgmsg
 from pgmsg import export
-from pgmsg.core import errors
+from pgmsg.core import errors, locks
 from pgmsg.export import tables
 from pgmsg.models import ExportWatermark, InboxMessage, Notification, NotificationDeadLetter
 from pgmsg_dev.devdb import database_url
@@ -412,10 +412,10 @@ def test_a_second_export_on_the_same_database_is_refused_while_one_runs(tmp_path
     import psycopg
 
     with psycopg.connect(database_url(connection.settings_dict), autocommit=True) as other:
-        other.execute("SELECT pg_advisory_lock(hashtext('pgmsg_export:'))")
+        other.execute("SELECT pg_advisory_lock(hashtext(%s))", [locks.EXPORT_BATCH])
         with pytest.raises(errors.ExportError, match="another pgmsg export is running"):
             export.export_tables(str(tmp_path), dry_run=True)
-        other.execute("SELECT pg_advisory_unlock(hashtext('pgmsg_export:'))")
+        other.execute("SELECT pg_advisory_unlock(hashtext(%s))", [locks.EXPORT_BATCH])
     assert export.export_tables(str(tmp_path), dry_run=True).dry_run
 
 
@@ -672,7 +672,7 @@ def test_inbox_status_changes_reach_the_lake_as_new_row_versions(spark, tmp_path
 def test_a_transaction_open_in_another_database_does_not_hold_the_export_back(tmp_path, inbox):
     """Neither a batch run's plan nor a followed stream's head stops at a transaction of another
     database; one of this database is named by the dry run (its rows wait for a later run)."""
-    from pgmsg.export import source
+    from pgmsg.export import spark_source
     from pgmsg_tests.events.test_horizon import open_writing_transaction
 
     other = open_writing_transaction("postgres")
@@ -688,10 +688,10 @@ def test_a_transaction_open_in_another_database_does_not_hold_the_export_back(tm
         [plan] = summary.plans
         assert plan.rows == 4 and summary.blockers == []
         assert not any("held back" in line for line in lines)
-        stream = source.PgmsgStreamReader(plan.read)
-        replayed = source.PgmsgStreamReader(plan.read)  # as after a restart: nothing planned
+        stream = spark_source.PgmsgStreamReader(plan.read)
+        replayed = spark_source.PgmsgStreamReader(plan.read)  # as after a restart: nothing planned
         try:
-            start = source.offset(0, 0)
+            start = spark_source.offset(0, 0)
             head = stream.latestOffset(start)
             assert head["position"] == InboxMessage.objects.order_by("id").last().id
             # The partitions of the batch just planned (its span kept) and of a replay agree.

@@ -19,7 +19,7 @@ from pgmsg_dev.devdb import database_url
 from pgmsg_tests.conftest import ROOT, wait_for
 from pgmsg_tests.export.helpers import assert_same_rows, read_committed, read_dataset
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.spark]
 
 
 def env() -> dict:

@@ -118,6 +118,7 @@ def test_partitions_share_model_rows_by_aggregate_field():
     assert not {accounts[k] for k in first} & {accounts[k] for k in set(effects()) - first}
 
 
+@pytest.mark.processes
 def test_the_wake_trigger_wakes_a_running_worker(workers):
     WebhookEvent.objects.create(event_id="before-start", kind="charge")
     workers.start("--inbox", "test.webhooks", "--settings", "pgmsg_tests.testapp.inbox_settings")

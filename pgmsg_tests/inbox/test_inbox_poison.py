@@ -11,7 +11,7 @@ from pgmsg_tests.conftest import wait_for
 from pgmsg_tests.testapp.inbox_models import WebhookEvent
 from pgmsg_tests.testapp.models import Effect
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 
 def nothing_due(inbox: str) -> bool:
@@ -43,7 +43,9 @@ def test_an_unordered_inbox_isolates_a_message_that_kills_its_worker(workers):
         {"message_id": f"m{i}", "type": "work", "payload": {"die": i == 10}} for i in range(21)
     ]
     pgmsg.receive_many("test.inbox", messages)
-    assert run_until_settled(workers, "test.inbox") == 3  # test.inbox has max_attempts=3
+    # The batch of 21 died uncharged (its rows suspects), then the poison alone 3 times
+    # (test.inbox has max_attempts=3).
+    assert run_until_settled(workers, "test.inbox") == 4
     poison = InboxMessage.objects.get(message_id="m10")
     assert poison.status == "dead"
     assert "worker process died while handling it (3 time(s))" in poison.last_error
@@ -67,7 +69,8 @@ def test_an_ordered_inbox_isolates_it_and_keeps_its_aggregate_behind_it(workers)
         [step("y", 0), step("x", 0), step("y", 1), step("x", 1, die=True), step("y", 2)]
         + [step("x", 2), step("y", 3)],
     )
-    assert run_until_settled(workers, "test.ordered") == 2  # test.ordered: max_attempts=2
+    # Its batch died uncharged, then it alone twice (test.ordered: max_attempts=2).
+    assert run_until_settled(workers, "test.ordered") == 3
     states = dict(InboxMessage.objects.values_list("message_id", "status"))
     assert states == {
         "y-0": "processed", "y-1": "processed", "y-2": "processed", "y-3": "processed",
@@ -104,7 +107,7 @@ def test_a_model_inbox_isolates_a_row_that_kills_its_worker(workers):
         if proc.poll() is not None:
             deaths += 1
         assert deaths <= 3, "the poison must be isolated and made dead after max_attempts"
-    assert deaths == 2  # test.webhooks has max_attempts=2
+    assert deaths == 3  # its batch, uncharged, then it alone twice (max_attempts=2)
     record = InboxMessage.objects.get(inbox="test.webhooks", message_id="w7")
     assert record.status == "dead"
     assert "worker process died while handling it (2 time(s))" in record.last_error

@@ -19,7 +19,7 @@ from pgmsg_dev.devdb import database_url
 from pgmsg_tests.conftest import ROOT, wait_for
 from pgmsg_tests.testapp.models import Effect
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 
 def listening_workers() -> int:
@@ -106,6 +106,27 @@ def test_a_raw_sql_insert_wakes_a_running_worker_by_notify(workers):
         lambda: effects("inbox:test.inbox") == {"before-start": 1, "raw-1": 1},
         timeout=20,
         message="the worker woke for a raw-SQL row",
+    )
+
+
+def test_an_ordered_head_held_only_by_the_horizon_is_handled_when_it_passes(workers):
+    """The worker woken for a message that an open transaction of another session holds
+    behind the read horizon finds nothing to claim; that transaction's end wakes nobody. It
+    must look again by itself, not wait for its sweep (10 minutes away in these settings)."""
+    workers.start("--inbox", "test.ordered", "--settings", "pgmsg_tests.testapp.inbox_settings")
+    wait_for(lambda: listening_workers() == 1, timeout=30, message="the worker listening")
+    with psycopg.connect(database_url(connection.settings_dict)) as blocker:
+        blocker.execute("SELECT pg_current_xact_id()")  # an open transaction with an id
+        pgmsg.receive(
+            "test.ordered", "held-1", type="step", aggregate_id="agg-h", payload={"seq": 0}
+        )
+        time.sleep(1.0)  # the worker wakes, looks, and finds the head above the horizon
+        assert InboxMessage.objects.get(message_id="held-1").status == "pending"
+        blocker.commit()
+    wait_for(
+        all_processed("test.ordered", 1),
+        timeout=30,
+        message="the held head handled once the horizon passed it",
     )
 
 

@@ -4,6 +4,7 @@ import json
 from io import StringIO
 
 import pytest
+from django.contrib.auth.models import Permission, User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
@@ -130,6 +131,9 @@ def test_command_health_json_and_human_and_operations():
 
 
 def test_json_health_endpoint_answers_200_or_503(client):
+    user = User.objects.create_user("monitor", password="pw")
+    user.user_permissions.set(Permission.objects.filter(codename="view_overview"))
+    client.force_login(user)  # names and counts need pgmsg.view_overview
     response = client.get("/pgmsg/inbox/health/")
     assert response.status_code == 200
     assert response.json()["inboxes"]["test.ordered"]["status"] == "healthy"

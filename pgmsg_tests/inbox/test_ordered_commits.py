@@ -13,7 +13,7 @@ from pgmsg_tests.conftest import wait_for
 from pgmsg_tests.inbox.test_inbox_processes import listening_workers
 from pgmsg_tests.testapp.models import Effect
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 INSERT = (
     "INSERT INTO pgmsg_inbox_message (inbox, message_id, type, payload, aggregate_id) "

@@ -88,6 +88,25 @@ def test_receive_many_reports_each_message_and_dedups_within_the_batch():
     assert InboxMessage.objects.get(message_id="b-1").payload == {"n": 1}
 
 
+def test_receive_many_goes_through_djangos_cursor_where_it_is_watched():
+    # Its arrays are bound on the server below Django's cursor (wire.rows) unless someone
+    # watches that cursor: then the statement is there, with the same result.
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        results = pgmsg.receive_many(
+            "test.inbox",
+            [
+                {"message_id": "w-1", "type": "work", "payload": {"n": 1}, "aggregate_id": "a"},
+                {"message_id": "w-1", "type": "work", "payload": {"n": 2}},
+                {"message_id": "w-2", "type": "work", "payload": [], "trace_id": "t"},
+            ],
+        )
+    assert [r.stored for r in results] == [True, False, True]
+    assert any("pgmsg_inbox_message" in q["sql"] for q in queries.captured_queries)
+    assert InboxMessage.objects.get(message_id="w-2").trace_id == "t"
+
+
 def test_a_rolled_back_receive_stores_nothing():
     with pytest.raises(RuntimeError), transaction.atomic():
         pgmsg.receive("test.inbox", "rolled-back", type="work", payload={})

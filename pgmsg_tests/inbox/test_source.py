@@ -5,9 +5,10 @@ import pytest
 from django.db import connection
 
 import pgmsg
-from pgmsg.core import errors
+from pgmsg.core import errors, locks
 from pgmsg.core.worker import Worker
 from pgmsg.inbox import operations as inbox_ops
+from pgmsg.inbox import source as source_module
 from pgmsg.models import InboxMessage
 from pgmsg_dev.devdb import database_url
 from pgmsg_tests.inbox.helpers import drain, effects, make_due_now, status_of
@@ -302,13 +303,39 @@ def test_ordered_inbox_skips_an_aggregate_another_session_holds():
     other = psycopg.connect(database_url(connection.settings_dict), autocommit=True)
     try:
         # What a worker busy with aggregate "held" holds for the length of its transaction.
-        other.execute("SELECT pg_advisory_lock(hashtext('test.ordered'), hashtext('held'))")
+        other.execute(
+            "SELECT pg_advisory_lock(hashtext(%s || 'test.ordered'), hashtext('held'))",
+            [locks.INBOX],
+        )
         drain("test.ordered")
         assert effects("inbox:test.ordered") == {"free:0": 1, "free:1": 1}
     finally:
         other.close()
     drain("test.ordered")
     assert effects("inbox:test.ordered") == {"free:0": 1, "free:1": 1, "held:0": 1, "held:1": 1}
+
+
+def test_ordered_inbox_a_head_freed_between_claim_and_sleep_is_looked_at_again_soon():
+    """A transaction that holds a head behind the read horizon at the claim, and ends before
+    the worker picks its sleep, wakes nobody: the worker must still look again shortly (its
+    sweep may be minutes away). A fresh horizon read at that point calls the head free and
+    the worker slept until its sweep (RabbitMQ bridge latency p99 of 5 s, bench/bridges.py)."""
+    worker = Worker(inboxes=["test.ordered"], install_signal_handlers=False)
+    (source,) = worker.sources
+    blocker = psycopg.connect(database_url(connection.settings_dict))
+    try:
+        blocker.execute("SELECT pg_current_xact_id()")  # an open transaction with an id
+        pgmsg.receive(
+            "test.ordered", "late-0", type="step", aggregate_id="agg-l", payload={"seq": 0}
+        )
+        assert worker.process(source) == 0  # held back by the horizon
+        blocker.commit()  # ends between the claim and the worker's sleep: no wake-up
+    finally:
+        blocker.close()
+    wait = source.seconds_until_due(worker)
+    assert wait is not None and wait <= source_module.HORIZON_POLL_FIRST, wait
+    assert worker.process(source) == 1
+    assert effects("inbox:test.ordered") == {"agg-l:0": 1}
 
 
 def test_ordered_inbox_messages_without_aggregate_are_processed_too():

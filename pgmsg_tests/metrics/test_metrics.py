@@ -11,7 +11,7 @@ from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 
 import pgmsg
-from pgmsg.core import metrics
+from pgmsg.core import instruments
 from pgmsg.models import Notification, NotificationDeadLetter, Throughput
 from pgmsg_tests.conftest import wait_for
 from pgmsg_tests.testapp.channels import Work
@@ -44,6 +44,7 @@ def value(samples, name: str, **labels) -> float:
 WORK = {"kind": "channel", "source": "test.work"}
 
 
+@pytest.mark.processes
 def test_the_endpoint_of_listen_processes_2_counts_what_was_sent(workers):
     port = free_port()
     supervisor = workers.start(
@@ -98,9 +99,10 @@ def _answers(port: int) -> bool:
         return False
 
 
-def test_the_web_view_serves_the_database_gauges(client):
+def test_the_web_view_serves_the_database_gauges(client, settings):
+    settings.PGMSG = {**settings.PGMSG, "ENDPOINT_TOKEN": "scraper-token"}
     pgmsg.notify(Work(key="waiting"))
-    response = client.get("/pgmsg/metrics/")
+    response = client.get("/pgmsg/metrics/", HTTP_AUTHORIZATION="Bearer scraper-token")
     assert response.status_code == 200
     samples = {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
@@ -124,6 +126,7 @@ def test_the_throughput_table_counts_what_committed():
     assert Throughput.objects.values("pid").distinct().count() == 1
 
 
+@pytest.mark.processes
 def test_a_running_worker_writes_its_counts_before_it_sleeps(workers):
     """A running worker keeps its counts in memory between writes (about one a second while
     busy, core/throughput.py): going idle must write them, not wait for it to stop."""
@@ -145,30 +148,30 @@ def test_a_running_worker_writes_its_counts_before_it_sleeps(workers):
 
 
 def test_without_prometheus_client_the_instruments_do_nothing(monkeypatch):
-    monkeypatch.setattr(metrics, "prometheus_client", None)
-    assert not metrics.enabled()
+    monkeypatch.setattr(instruments, "prometheus_client", None)
+    assert not instruments.enabled()
     # What instruments() builds without prometheus_client (the cached real ones stay intact).
-    assert metrics.instruments.__wrapped__() == {}
-    monkeypatch.setattr(metrics, "instruments", metrics.instruments.__wrapped__)
+    assert instruments.instruments.__wrapped__() == {}
+    monkeypatch.setattr(instruments, "instruments", instruments.instruments.__wrapped__)
     pgmsg.notify_many(Work(key=f"n{i}") for i in range(5))
     pgmsg.Worker(channel_names=["test.work"], until_idle=True).run()
     assert Effect.objects.filter(listener="record_work").count() == 5
 
 
 def test_a_batch_of_durations_lands_in_the_same_buckets_as_one_observe_each():
-    """The worker observes a batch's handler durations together (metrics.handler_durations):
+    """The worker observes a batch's handler durations together (instruments.handler_durations):
     the histogram must read exactly as if each had been observed alone, bucket bounds and
     values past the last bound included."""
     from prometheus_client import CollectorRegistry, Histogram
 
-    bounds = metrics.DURATION_BUCKETS
+    bounds = instruments.DURATION_BUCKETS
     values = [0.0, 0.0005, 0.001, 0.0010001, 0.0025, 0.7, 1, 29.9, 30, 31, 1e6] + list(bounds)
     one_by_one, together = CollectorRegistry(), CollectorRegistry()
     single = Histogram("d", "d", ["source"], buckets=bounds, registry=one_by_one)
     batched = Histogram("d", "d", ["source"], buckets=bounds, registry=together)
     for value_ in values:
         single.labels("a").observe(value_)
-    metrics._observe_many(batched.labels("a"), values)
+    instruments._observe_many(batched.labels("a"), values)
 
     def samples(registry):
         return {

@@ -15,8 +15,10 @@ import pytest
 from django.db import connections
 
 import pgmsg
+from pgmsg.core import locks
 from pgmsg.core.worker import Worker
-from pgmsg.outbox import logical, operations, slots
+from pgmsg.outbox import logical_source as logical
+from pgmsg.outbox import operations, slots
 from pgmsg_dev.devdb import database_url
 from pgmsg_tests.conftest import wait_for
 from pgmsg_tests.outbox.test_logical import (
@@ -77,7 +79,9 @@ def test_a_busy_slot_when_the_relay_confirms_keeps_its_lock_and_sends_nothing_tw
         assert operations.health([RECORDED])[0].relayed_partitions == (0,)
         # drop-slot's lock, from a session of its own (this one is the relay's: it may).
         with psycopg.connect(database_url(connections[DB].settings_dict)) as other:
-            lock = other.execute(slots.QUERIES["lock_outbox"], {"outbox": RECORDED})
+            lock = other.execute(
+                slots.QUERIES["lock_outbox"], {"outbox": RECORDED, "lock_space": locks.OUTBOX}
+            )
             assert lock.fetchone() == (False,)
         monkeypatch.undo()
 
@@ -92,7 +96,7 @@ def test_health_counts_only_relay_locks_taken_in_its_own_database():
     other = database_url(connections[DB].settings_dict, name="postgres")
     with psycopg.connect(other, autocommit=True) as elsewhere:
         taken = elsewhere.execute(
-            "SELECT pg_try_advisory_lock(hashtext('pgmsg.outbox:' || %s), 0)", [RECORDED]
+            "SELECT pg_try_advisory_lock(hashtext(%s || %s), 0)", [locks.OUTBOX, RECORDED]
         ).fetchone()[0]
         assert taken
         assert operations.health([RECORDED])[0].relayed_partitions == ()

@@ -26,6 +26,8 @@ from pgmsg_dev import devdb
 from pgmsg_tests.conftest import ROOT, wait_for
 from pgmsg_tests.testapp.logical_outboxes import RECORDED
 
+pytestmark = pytest.mark.processes
+
 
 @pytest.fixture
 def lossy_server():

@@ -21,6 +21,7 @@ from pgmsg.outbox import operations
 from pgmsg.outbox import partitions as outbox_partitions
 from pgmsg_dev.devdb import database_url
 from pgmsg_tests.conftest import wait_for
+from pgmsg_tests.helpers import waiting_for_a_lock
 from pgmsg_tests.outbox.helpers import relay, rows
 from pgmsg_tests.testapp import outbox_declarations as decl
 
@@ -116,7 +117,7 @@ def test_a_concurrent_publish_of_an_id_held_in_another_partition_waits_and_skips
         result = {}
         second = threading.Thread(target=lambda: result.update(p=_publish_in_thread("raced")))
         second.start()
-        wait_for(lambda: _waiting_on_advisory_lock(), message="the second publish never waited")
+        wait_for(waiting_for_a_lock, message="the second publish never waited")
         assert second.is_alive()
         first.commit()
         second.join(timeout=60)
@@ -137,7 +138,7 @@ def test_a_publish_that_waited_for_a_first_copy_rolled_back_is_stored():
         result = {}
         second = threading.Thread(target=lambda: result.update(p=_publish_in_thread("undone")))
         second.start()
-        wait_for(lambda: _waiting_on_advisory_lock(), message="the second publish never waited")
+        wait_for(waiting_for_a_lock, message="the second publish never waited")
         first.rollback()
         second.join(timeout=60)
         assert result["p"] is True
@@ -152,15 +153,6 @@ def _publish_in_thread(message_id: str) -> bool:
             return _publish(message_id).stored
     finally:
         connection.close()
-
-
-def _waiting_on_advisory_lock() -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
-            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))"
-        )
-        return cursor.fetchone()[0]
 
 
 def test_a_publish_under_repeatable_read_is_refused_with_the_reason():
@@ -286,6 +278,7 @@ def test_pgmsg_partitions_makes_the_weeks_ahead_drops_the_emptied_ones_and_lists
         assert f"{TABLE}  {name}  [" in text
 
 
+@pytest.mark.processes
 def test_a_running_relay_keeps_publishing_while_partitions_are_made_and_dropped(
     workers, monkeypatch, tmp_path
 ):
@@ -324,7 +317,7 @@ def test_a_running_relay_keeps_publishing_while_partitions_are_made_and_dropped(
 
 def test_concurrent_batches_that_share_ids_store_each_id_once():
     """Two transactions publish overlapping batches, in opposite orders, at the same time: no
-    deadlock (buckets are taken in order), and each shared id is stored by exactly one."""
+    deadlock (keys are taken in message id order), and each shared id is stored by exactly one."""
     ids = [f"shared-{n}" for n in range(3_000)]
     batches = [ids[:2_000], list(reversed(ids[1_000:]))]
     start = threading.Barrier(2)

@@ -13,6 +13,7 @@ import pgmsg
 from pgmsg.core import errors
 from pgmsg.outbox import declarations
 from pgmsg_tests.conftest import wait_for
+from pgmsg_tests.helpers import refused_by_the_server
 from pgmsg_tests.outbox.helpers import rows
 from pgmsg_tests.testapp.outbox_declarations import OrderPlaced, recorded
 
@@ -55,6 +56,42 @@ def test_a_pending_message_id_is_not_written_twice():
     again = pgmsg.publish("test.recorded", {"other": 1}, type="t", message_id="m-1")
     assert not again.stored and again.id is None
     assert rows("test.recorded").count() == 1
+
+
+@pytest.fixture
+def refused_message():
+    with refused_by_the_server("pgmsg_outbox_message", "message_id", "refused-1") as message_id:
+        yield message_id
+
+
+@pytest.mark.parametrize("watched", [False, True])
+def test_publish_goes_through_djangos_cursor_where_it_is_watched_and_its_errors_are_djangos(
+    watched, refused_message
+):
+    """publish() goes through the wire layer's ladder (docs/wire.md): an execute wrapper sees
+    its statement; watched or not, a database error is django.db's."""
+    import contextlib
+
+    import psycopg
+    from django.db import DataError
+
+    seen = []
+
+    def wrapper(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    watching = connection.execute_wrapper(wrapper) if watched else contextlib.nullcontext()
+    with watching:
+        first = pgmsg.publish(OrderPlaced(order_id=1, total=Decimal(1)), message_id="ladder-1")
+        again = pgmsg.publish(OrderPlaced(order_id=1, total=Decimal(1)), message_id="ladder-1")
+        with pytest.raises(DataError) as raised, transaction.atomic():
+            pgmsg.publish(OrderPlaced(order_id=2, total=Decimal(1)), message_id=refused_message)
+    assert (first.stored, again.stored, again.id) == (True, False, None)
+    assert first.id == rows("test.recorded").get(message_id="ladder-1").id
+    assert any("INSERT INTO pgmsg_outbox_message" in sql for sql in seen) == watched
+    assert not isinstance(raised.value, psycopg.Error)
+    assert isinstance(raised.value.__cause__, psycopg.errors.DivisionByZero)
 
 
 def test_publish_many_writes_in_order_and_reports_duplicates():

@@ -14,7 +14,7 @@ from django.test import override_settings
 import pgmsg
 from pgmsg.core import errors
 from pgmsg.outbox import operations
-from pgmsg.outbox import relay as relay_module
+from pgmsg.outbox import source as relay_module
 from pgmsg_tests.conftest import wait_for
 from pgmsg_tests.outbox.helpers import make_due_now, relay, rows
 from pgmsg_tests.testapp import outbox_declarations as decl

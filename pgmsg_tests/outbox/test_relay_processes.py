@@ -21,7 +21,7 @@ from pgmsg_tests.outbox.helpers import rows
 from pgmsg_tests.outbox.proxy import TcpProxy
 from pgmsg_tests.testapp.outbox_declarations import BY_BROKER
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.processes]
 
 PROXIED = {
     "amqp": ("rabbit", "amqp", "guest:guest@", "/%2F"),

@@ -100,8 +100,10 @@ def record_order_change(change: pgmsg.RowChange) -> None:
     )
 
 
-from pgmsg_tests.testapp import events_handlers  # noqa: E402,F401,I001
+from pgmsg_tests.testapp import async_handlers  # noqa: E402,F401,I001
+from pgmsg_tests.testapp import events_handlers  # noqa: E402,F401
 from pgmsg_tests.testapp import inbox_handlers  # noqa: E402,F401
+from pgmsg_tests.testapp import bridge_handlers  # noqa: E402,F401
 from pgmsg_tests.testapp import outbox_declarations  # noqa: E402,F401
 
 if os.environ.get("PGMSG_TEST_LOGICAL"):  # a relay process of test_logical.py

@@ -21,6 +21,9 @@ redis_streams = pgmsg.Outbox("test.redis", destination="redis", max_attempts=2)
 mqtt = pgmsg.Outbox("test.mqtt", destination="mqtt", max_attempts=2)
 recorded = pgmsg.Outbox("test.recorded", destination="recorder", max_attempts=3)
 partitioned = pgmsg.Outbox("test.partitioned", destination="recorder", partitions=2)
+webhook = pgmsg.Outbox("test.webhook", destination="webhook", max_attempts=2)
+#: Refused often before it is dead: a head that keeps failing (test_failing_head.py).
+patient = pgmsg.Outbox("test.patient", destination="rabbit", max_attempts=10)
 
 BY_BROKER = {"amqp": rabbit, "nats": jetstream, "redis": redis_streams, "mqtt": mqtt}
 

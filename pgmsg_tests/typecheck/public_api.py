@@ -81,3 +81,21 @@ def run() -> None:
         pgmsg.replay([1])
     except pgmsg.errors.PgmsgError as exc:
         print(exc)
+
+
+@pgmsg.listener(OrderPaid)
+async def write_invoice_async(message: OrderPaid) -> None:
+    print(message.order_id)
+
+
+async def from_an_async_view() -> None:
+    stored: int | None = await pgmsg.anotify(OrderPaid(order_id=1, amount=Decimal("2")))
+    sent: int = await pgmsg.anotify_many([OrderPaid(order_id=2, amount=Decimal("2"))])
+    received = await pgmsg.areceive("typecheck_payments", "evt_2", type="t", payload={})
+    many = await pgmsg.areceive_many("typecheck_payments", [{"message_id": "e", "type": "t"}])
+    published = await pgmsg.apublish("typecheck_orders", {"a": 1}, type="order.placed")
+    several = await pgmsg.apublish_many([])
+    version: int = await pgmsg.aappend("account-2", Deposited(amount=Decimal("1")))
+    events = await pgmsg.aread_stream("account-2", limit=10)
+    after = await pgmsg.aread_all(events[-1].checkpoint, category="account")
+    print(stored, sent, received.duplicate, many, published.stored, several, version, after)

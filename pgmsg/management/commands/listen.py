@@ -13,8 +13,7 @@ import os
 from django.core.management.base import BaseCommand, CommandError
 
 from pgmsg.channels import declarations as channels
-from pgmsg.core import errors, reloader, signals
-from pgmsg.core.supervisor import Supervisor
+from pgmsg.core import conf, errors, run_modes, schema, signals
 from pgmsg.core.worker import Worker
 from pgmsg.metrics import exporter
 
@@ -58,6 +57,13 @@ class Command(BaseCommand):
             help="relay this outbox to its broker (repeatable)",
         )
         parser.add_argument(
+            "--bridge",
+            action="append",
+            dest="bridges",
+            default=None,
+            help="run this bridge from a broker into its inbox (repeatable; PGMSG INBOX_BRIDGES)",
+        )
+        parser.add_argument(
             "--partition",
             default=None,
             metavar="i/N",
@@ -97,6 +103,7 @@ class Command(BaseCommand):
         inboxes,
         subscriptions,
         outboxes,
+        bridges=None,
         partition,
         metrics_port,
         metrics_address,
@@ -104,25 +111,13 @@ class Command(BaseCommand):
     ):
         # First: a stop signal during the start-up below is a graceful stop, not exit 143.
         signals.catch_early()
-        if processes < 1:
-            raise CommandError(f"--processes must be at least 1, got {processes}")
+        try:
+            run_modes.check(processes=processes, autoreload=autoreload, until_idle=until_idle)
+        except errors.PgmsgError as exc:
+            raise CommandError(str(exc))
         if batch_size is not None and batch_size < 1:
             raise CommandError(f"--batch-size must be at least 1, got {batch_size}")
-        if (
-            options["verbosity"] >= 1
-            and not logging.getLogger("pgmsg").handlers
-            and not logging.getLogger().handlers
-        ):
-            level = logging.INFO if options["verbosity"] >= 2 else logging.WARNING
-            # The handler's own level too: records of loggers Django configured (e.g. the
-            # autoreloader's INFO lines) propagate here past the root logger's level, and
-            # were printed twice.
-            handler = logging.StreamHandler()
-            handler.setLevel(level)
-            logging.basicConfig(
-                level=level, format="%(asctime)s %(levelname)s %(message)s", handlers=[handler]
-            )
-
+        _configure_logging(options["verbosity"])
         share = _parse_partition(partition) if partition else None
 
         def make_worker(**kwargs) -> Worker:
@@ -132,62 +127,56 @@ class Command(BaseCommand):
                 inboxes=inboxes,
                 subscriptions=subscriptions,
                 outboxes=outboxes,
+                bridges=bridges,
                 partition=share,
                 batch_size=batch_size,
                 until_idle=until_idle,
             )
 
-        if autoreload and (processes != 1 or until_idle):
-            raise CommandError(
-                "--autoreload runs one process until stopped: drop --processes and --until-idle"
-            )
         try:
             # Fail fast, in the parent, on bad channel names or no listeners.
             summary = describe(make_worker(), processes)
+            # At once, not a worker retrying "relation does not exist" (--skip-checks too).
+            _refuse_unmigrated()
             created = exporter.use_multiprocess_dir() if metrics_port is not None else None
         except errors.PgmsgError as exc:
             raise CommandError(str(exc))
-        talk = options["verbosity"] >= 1
         try:
             if metrics_port is not None:
                 exporter.serve(metrics_port, metrics_address)
                 self.stdout.write(f"pgmsg: metrics on http://{metrics_address}:{metrics_port}/")
-            if autoreload:
-                # A parent restarts a child when a file changes; the child prints the lines.
-                if not reloader.in_child():
-                    code = reloader.run_parent()
-                    if code:
-                        raise CommandError(f"the worker exited with status {code}", returncode=code)
-                    return
-                if talk:
-                    self.stdout.write(f"pgmsg listen (autoreload): {summary}")
-                worker = make_worker(install_signal_handlers=False)
-                reloader.run_child(worker.run, worker.stop)
-                if talk:
-                    self.stdout.write(
-                        f"pgmsg listen: stopped (pid {os.getpid()}, {worker.handled} handled)"
-                    )
-                return
-            if talk:
-                self.stdout.write(f"pgmsg listen: {summary}")
-            if processes == 1:
-                worker = make_worker()
-                worker.run()
-                if talk:
-                    self.stdout.write(
-                        f"pgmsg listen: stopped (pid {os.getpid()}, {worker.handled} handled)"
-                    )
-                return
-
-            def run_child() -> int:
-                make_worker().run()
-                return 0
-
-            Supervisor(processes, run_child).run()
-            if talk:
-                self.stdout.write(f"pgmsg listen: stopped ({processes} processes)")
+            code = run_modes.run(
+                make_worker,
+                processes=processes,
+                autoreload=autoreload,
+                summary=summary,
+                say=self.stdout.write if options["verbosity"] >= 1 else None,
+            )
+            if code:
+                raise CommandError(f"the worker exited with status {code}", returncode=code)
         finally:
             exporter.remove_multiprocess_dir(created)
+
+
+def _configure_logging(verbosity: int) -> None:
+    if verbosity < 1 or logging.getLogger("pgmsg").handlers or logging.getLogger().handlers:
+        return
+    level = logging.INFO if verbosity >= 2 else logging.WARNING
+    # The handler's own level too: records of loggers Django configured (e.g. the
+    # autoreloader's INFO lines) propagate here past the root logger's level, and
+    # were printed twice.
+    handler = logging.StreamHandler()
+    handler.setLevel(level)
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(message)s", handlers=[handler]
+    )
+
+
+def _refuse_unmigrated() -> None:
+    alias = conf.get().DATABASE
+    missing = schema.unapplied(alias)
+    if missing:
+        raise errors.NotMigrated(f"{schema.describe(alias, missing)}: {schema.HINT}")
 
 
 def describe(worker: Worker, processes: int) -> str:
@@ -212,7 +201,12 @@ def describe(worker: Worker, processes: int) -> str:
             continue
         kind, _, name = source.label.partition(":")
         by_kind.setdefault(kind, []).append(name or kind)
-    plural = {"inbox": "inbox(es)", "subscription": "subscription(s)", "outbox": "outbox(es)"}
+    plural = {
+        "inbox": "inbox(es)",
+        "subscription": "subscription(s)",
+        "outbox": "outbox(es)",
+        "bridge": "bridge(s)",
+    }
     for kind, found in by_kind.items():
         parts.append(f"{len(found)} {plural.get(kind, kind)} {', '.join(sorted(found))}")
     return f"{'; '.join(parts)}; {processes} process(es), pid {os.getpid()}"

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from pgmsg.core import conf, errors
-from pgmsg.export import archive
+from pgmsg.management.spark_options import spark_extra
 
 
 class Command(BaseCommand):
@@ -42,6 +42,8 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
+        with spark_extra("pgmsg_archive"):
+            from pgmsg.export import archive
         settings = conf.get()
         before = (
             _moment(options["before"])

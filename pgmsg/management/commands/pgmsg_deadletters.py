@@ -12,6 +12,9 @@ from pgmsg.channels import deadletters as channel_deadletters
 from pgmsg.core import errors
 from pgmsg.inbox import operations as inbox_ops
 
+#: What a discard records (kept with inbox messages, logged otherwise) without --reason.
+DEFAULT_REASON = "discarded with manage.py pgmsg_deadletters"
+
 
 class Command(BaseCommand):
     help = (
@@ -37,7 +40,10 @@ class Command(BaseCommand):
             where.add_argument("--inbox", help="the dead letters of this inbox")
             if verb == "discard":
                 action.add_argument(
-                    "--reason", default="", help="kept with inbox messages (required for them)"
+                    "--reason",
+                    default="",
+                    help="kept with inbox messages, logged for notifications "
+                    f"(default: {DEFAULT_REASON!r})",
                 )
         sub.add_parser("status", help="how many dead letters each channel and inbox holds")
 
@@ -80,6 +86,7 @@ class Command(BaseCommand):
             self.stdout.write("no dead letters")
 
     def _replay(self, ids, channel, inbox, **options):
+        _refuse_missing("replay", ids, inbox)
         if inbox is not None:
             selected = ids or _all_dead(inbox)
             count = inbox_ops.replay(inbox, selected) if selected else 0
@@ -90,16 +97,41 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(f"replay: {count} notification(s)"))
 
     def _discard(self, ids, channel, inbox, reason, **options):
+        _refuse_missing("discard", ids, inbox)
+        # As the admin adds its user: where the discard came from.
+        reason = f"{reason.strip()} ({DEFAULT_REASON})" if reason.strip() else DEFAULT_REASON
         if inbox is not None:
             selected = ids or _all_dead(inbox)
             count = inbox_ops.discard(inbox, selected, reason=reason) if selected else 0
             self.stdout.write(self.style.SUCCESS(f"discard: {count} message(s) of inbox {inbox}"))
             return
         _need_selection("discard", ids, channel)
-        count = channel_deadletters.discard(
-            ids or None, channel=channel, reason=reason or "discarded by manage.py"
-        )
+        count = channel_deadletters.discard(ids or None, channel=channel, reason=reason)
         self.stdout.write(self.style.SUCCESS(f"discard: {count} notification(s)"))
+
+
+def _refuse_missing(action: str, ids: list[int], inbox: str | None) -> None:
+    """Ids that match nothing are a bad selection: say which, do nothing (exit status 1)."""
+    if not ids:
+        return
+    if inbox is None:
+        missing = channel_deadletters.missing(ids, action=action)
+        what = "dead notification" if action == "discard" else "dead or retrying notification"
+    else:
+        missing = inbox_ops.missing(inbox, ids, action=action)
+        states = "dead or retrying" if action == "replay" else "dead or pending"
+        what = f"{states} message of inbox {inbox}"
+    if not missing:
+        return
+    hints = [
+        f"id {row} is a message of inbox {name}: add --inbox {name}"
+        for row, name in sorted(inbox_ops.inboxes_of(missing).items())
+        if name != inbox
+    ]
+    raise CommandError(
+        f"{action}: no {what} has id(s) {', '.join(map(str, missing))}; nothing done"
+        + "".join(f"\n{hint}" for hint in hints)
+    )
 
 
 def _need_selection(action: str, ids: list[int], channel: str | None) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from pgmsg.core import errors
-from pgmsg.export import follow, planning, run, tables
+from pgmsg.export import choices, tables
 from pgmsg.management import spark_options
 
 
@@ -31,13 +31,13 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--partition-by",
-            choices=planning.PARTITION_BY,
+            choices=choices.PARTITION_BY,
             default="day",
             help="output partition column (default: the UTC day of each message's timestamp)",
         )
         parser.add_argument(
             "--mode",
-            choices=planning.MODES,
+            choices=choices.MODES,
             help="default: append, overwrite for snapshot tables and --full",
         )
         parser.add_argument("--full", action="store_true", help="re-export from the beginning")
@@ -63,14 +63,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--trigger-interval",
             type=float,
-            default=follow.DEFAULT_TRIGGER_SECONDS,
+            default=choices.DEFAULT_TRIGGER_SECONDS,
             metavar="SECONDS",
             help="--follow: seconds between micro-batches (default %(default)g)",
         )
         parser.add_argument(
             "--max-rows-per-batch",
             type=int,
-            default=follow.DEFAULT_MAX_ROWS_PER_BATCH,
+            default=choices.DEFAULT_MAX_ROWS_PER_BATCH,
             help="--follow: most rows one micro-batch reads per table (default %(default)s)",
         )
         parser.add_argument(
@@ -82,6 +82,8 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if options["follow"]:
             return self.follow(options)
+        with spark_options.spark_extra("pgmsg_export"):
+            from pgmsg.export import run
         try:
             summary = run.export_tables(
                 options["output"],
@@ -112,6 +114,8 @@ class Command(BaseCommand):
                 "--follow appends every new row: --dry-run, --full, --mode and --partitions "
                 "apply to batch runs only"
             )
+        with spark_options.spark_extra("pgmsg_export"):
+            from pgmsg.export import follow
         try:
             follow.follow(
                 options["output"],

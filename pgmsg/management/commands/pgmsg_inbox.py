@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from pgmsg.core import errors
 from pgmsg.inbox import operations as inbox_ops
+from pgmsg.inbox.bridges import health as bridge_health
 
 
 class Command(BaseCommand):
@@ -62,30 +63,49 @@ class Command(BaseCommand):
 
     def _health(self, inboxes, json, **options):
         rows = inbox_ops.health(inboxes or None)
-        degraded = any(h.status == inbox_ops.DEGRADED for h in rows)
+        names = {h.inbox for h in rows}
+        bridges = [b for b in bridge_health.health() if not inboxes or b.inbox in names]
         if json:
-            self.stdout.write(
-                _json(
-                    {
-                        "status": inbox_ops.DEGRADED if degraded else inbox_ops.HEALTHY,
-                        "inboxes": {h.inbox: h.as_dict() for h in rows},
-                    }
-                )
-            )
-            self._exit_if_degraded(rows)
-            return
-        for h in rows:
-            style = self.style.ERROR if h.status == inbox_ops.DEGRADED else self.style.SUCCESS
-            self.stdout.write(
-                f"{h.inbox}\t{style(h.status)}\tpending={h.pending}\tdead={h.dead}\t"
-                f"oldest={h.oldest_pending_age:.1f}s\tprocessed/min={h.processed_last_minute}"
-                + (f"\t({'; '.join(h.reasons)})" if h.reasons else "")
-            )
-        self._exit_if_degraded(rows)
+            self._health_json(rows, bridges)
+        else:
+            for h in rows:
+                self.stdout.write(self._inbox_line(h))
+            for b in bridges:
+                self.stdout.write(self._bridge_line(b))
+        self._exit_if_degraded(rows, bridges)
 
-    def _exit_if_degraded(self, rows) -> None:
+    def _health_json(self, rows, bridges) -> None:
+        degraded = any(h.status == inbox_ops.DEGRADED for h in [*rows, *bridges])
+        body = {
+            "status": inbox_ops.DEGRADED if degraded else inbox_ops.HEALTHY,
+            "inboxes": {h.inbox: h.as_dict() for h in rows},
+        }
+        if bridges:
+            body["bridges"] = {b.bridge: b.as_dict() for b in bridges}
+        self.stdout.write(_json(body))
+
+    def _inbox_line(self, h) -> str:
+        style = self.style.ERROR if h.status == inbox_ops.DEGRADED else self.style.SUCCESS
+        return (
+            f"{h.inbox}\t{style(h.status)}\tpending={h.pending}\tdead={h.dead}\t"
+            f"oldest={h.oldest_pending_age:.1f}s\tprocessed/min={h.processed_last_minute}"
+            + (f"\t({'; '.join(h.reasons)})" if h.reasons else "")
+        )
+
+    def _bridge_line(self, b) -> str:
+        style = self.style.ERROR if b.status == inbox_ops.DEGRADED else self.style.SUCCESS
+        last = b.last_message_at.isoformat() if b.last_message_at else "never"
+        return (
+            f"bridge {b.bridge} -> {b.inbox}\t{style(b.status)}\t"
+            f"{'connected' if b.connected else 'not connected'}\tlast message={last}\t"
+            f"lag={'?' if b.lag is None else b.lag}"
+            + (f"\t({'; '.join(b.reasons)})" if b.reasons else "")
+        )
+
+    def _exit_if_degraded(self, rows, bridges=()) -> None:
         # A monitor calling the command sees failure, as the HTTP endpoint answers 503.
         degraded = [h.inbox for h in rows if h.status == inbox_ops.DEGRADED]
+        degraded += [f"bridge {b.bridge}" for b in bridges if b.status == inbox_ops.DEGRADED]
         if degraded:
             raise CommandError(f"degraded: {', '.join(degraded)}", returncode=1)
 

@@ -14,6 +14,9 @@ from pgmsg.core import conf, errors
 from pgmsg.outbox import operations as outbox_ops
 from pgmsg.outbox import slots
 
+#: What a discard logs with the ids (the rows are deleted) without --reason.
+DEFAULT_REASON = "discarded with manage.py pgmsg_outbox"
+
 
 class Command(BaseCommand):
     help = (
@@ -34,7 +37,11 @@ class Command(BaseCommand):
             action.add_argument("ids", nargs="*", type=int, help="outbox message row ids")
             action.add_argument("--outbox", help="every dead message of this outbox")
             if verb == "discard":
-                action.add_argument("--reason", default="", help="logged with the ids")
+                action.add_argument(
+                    "--reason",
+                    default="",
+                    help=f"logged with the ids (default: {DEFAULT_REASON!r})",
+                )
         for verb in ("status", "health"):
             status = sub.add_parser(
                 verb,
@@ -73,11 +80,15 @@ class Command(BaseCommand):
 
     def _replay(self, ids, outbox, **options):
         _need_selection("replay", ids, outbox)
+        _refuse_missing("replay", ids)
         count = outbox_ops.replay(ids or None, outbox=outbox)
         self.stdout.write(self.style.SUCCESS(f"replay: {count} message(s)"))
 
     def _discard(self, ids, outbox, reason, **options):
         _need_selection("discard", ids, outbox)
+        _refuse_missing("discard", ids)
+        # As the admin adds its user: where the discard came from.
+        reason = f"{reason.strip()} ({DEFAULT_REASON})" if reason.strip() else DEFAULT_REASON
         count = outbox_ops.discard(ids or None, outbox=outbox, reason=reason)
         self.stdout.write(self.style.SUCCESS(f"discard: {count} message(s)"))
 
@@ -147,6 +158,17 @@ def _slot(h) -> str:
     age = "unknown" if h.slot_age is None else f"{h.slot_age:.1f}s"
     lost = "\tslot=LOST" if h.slot_wal_status == "lost" else ""
     return f"\tslot_lag={h.slot_lag_bytes}B\tslot_age={age}{lost}"
+
+
+def _refuse_missing(action: str, ids: list[int]) -> None:
+    """Ids that match nothing are a bad selection: say which, do nothing (exit status 1)."""
+    missing = outbox_ops.missing(ids, action=action) if ids else []
+    if missing:
+        states = "dead or retrying" if action == "replay" else "dead or pending"
+        raise CommandError(
+            f"{action}: no {states} outbox message has id(s) "
+            f"{', '.join(map(str, missing))}; nothing done"
+        )
 
 
 def _need_selection(verb: str, ids, outbox) -> None:

@@ -7,7 +7,6 @@ import datetime as dt
 from django.core.management.base import BaseCommand, CommandError
 
 from pgmsg.core import conf, errors
-from pgmsg.export import report
 from pgmsg.management import spark_options
 
 
@@ -26,6 +25,8 @@ class Command(BaseCommand):
         spark_options.add_spark_options(parser)
 
     def handle(self, *args, **options):
+        with spark_options.spark_extra("pgmsg_report"):
+            from pgmsg.export import report
         try:
             result = report.write(
                 options["lake"],

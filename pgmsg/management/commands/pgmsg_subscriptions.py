@@ -71,7 +71,9 @@ class Command(BaseCommand):
                 where = f"behind={lag.behind_text}\tlast_handled={'-' if last is None else last}"
             self._write(row, f"{where}\thandled={row.handled}\tattempts={row.attempts}")
         for blocker in reads.horizon_blockers():
-            self.stdout.write(self.style.WARNING(f"read horizon held back by {blocker}"))
+            self.stdout.write(
+                self.style.WARNING(f"read horizon held back by {blocker.describe(with_query=True)}")
+            )
 
     def _list(self, name: str | None) -> None:
         rows = subscriptions.failing(name)

@@ -1,6 +1,7 @@
 """Destinations by name, from PGMSG["OUTBOX_DESTINATIONS"]: one module per kind of broker.
 
-A value is a broker URL (``amqp://``, ``nats://``, ``redis://``, ``mqtt://``) or the dotted path
+A value is a broker URL (``amqp://``, ``nats://``, ``redis://``, ``mqtt://``), a webhook URL
+(``https://``, ``http://``) or the dotted path
 of a Python callable. Connections are made lazily and kept per process (a forked worker makes
 its own).
 """
@@ -42,6 +43,12 @@ def _redis() -> ModuleType:
     return redis
 
 
+def _http() -> ModuleType:
+    from pgmsg.outbox.destinations import http
+
+    return http
+
+
 def _mqtt() -> ModuleType:
     from pgmsg.outbox.destinations import mqtt
 
@@ -59,6 +66,8 @@ SCHEMES = {
     "rediss": (_redis, "redis"),
     "mqtt": (_mqtt, "paho-mqtt"),
     "mqtts": (_mqtt, "paho-mqtt"),
+    "http": (_http, "the standard library's http.client"),
+    "https": (_http, "the standard library's http.client"),
 }
 
 _open: dict[str, Destination] = {}

@@ -4,11 +4,15 @@ URL: ``amqp://user:pass@host:5672/vhost?exchange=orders`` plus pika's own option
 (``heartbeat``, ``socket_timeout``, ...). pgmsg's options: ``exchange`` (default: the default
 exchange, which routes to the queue named by the topic), ``mandatory`` (1, the default: a
 message no queue takes is refused, not dropped), ``timeout`` (seconds; default PGMSG
-OUTBOX_PUBLISH_TIMEOUT). The topic is the routing key.
+OUTBOX_PUBLISH_TIMEOUT), ``declare`` (0, the default: the exchange, or with the default
+exchange each topic's queue, must exist; 1: the relay declares it, durable, when it opens its
+channel) and ``exchange_type`` (what ``declare`` makes; default ``topic``). The topic is the
+routing key.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 import pika
@@ -34,13 +38,31 @@ _REFUSED = (
 )
 
 
+class _BrokerClosedChannel(logging.Filter):
+    """pika logs a WARNING, full of object reprs, each time the broker closes a channel (a
+    missing exchange: every try). pgmsg reports that refusal itself (one line per streak,
+    and the message's last error), so this one record is dropped; pika's others stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Received remote Channel.Close")
+
+
+logging.getLogger("pika.channel").addFilter(_BrokerClosedChannel())
+
+
 class AmqpDestination:
     def __init__(self, name: str, url: str) -> None:
         self.name = name
         self.url = url
-        rest, options = split_options(url, {"exchange": "", "mandatory": "1", "timeout": ""})
+        rest, options = split_options(
+            url,
+            {"exchange": "", "mandatory": "1", "timeout": "", "declare": "0", "exchange_type": ""},
+        )
         self.exchange = options["exchange"]
         self.mandatory = flag(options["mandatory"], option="mandatory", url=url)
+        self.declare = flag(options["declare"], option="declare", url=url)
+        self.exchange_type = options["exchange_type"] or "topic"
+        self._declared_queues: set[str] = set()
         timeout = options["timeout"] or str(conf.get().OUTBOX_PUBLISH_TIMEOUT)
         self.timeout = seconds(timeout, option="timeout", url=url)
         try:
@@ -62,7 +84,10 @@ class AmqpDestination:
         for envelope in envelopes:
             while True:
                 try:
-                    self._open_channel().basic_publish(
+                    channel = self._open_channel()
+                    if self.declare and not self.exchange:
+                        self._declare_queue(channel, envelope.topic)
+                    channel.basic_publish(
                         exchange=self.exchange,
                         routing_key=envelope.topic,
                         body=envelope.body,
@@ -102,7 +127,17 @@ class AmqpDestination:
         if self._channel is None or not self._channel.is_open:
             self._channel = self._connection.channel()
             self._channel.confirm_delivery()
+            if self.declare and self.exchange:
+                self._channel.exchange_declare(
+                    exchange=self.exchange, exchange_type=self.exchange_type, durable=True
+                )
         return self._channel
+
+    def _declare_queue(self, channel, queue: str) -> None:
+        """declare=1 with the default exchange: the queue the topic names, once per relay."""
+        if queue not in self._declared_queues:
+            channel.queue_declare(queue=queue, durable=True)
+            self._declared_queues.add(queue)
 
     def close(self) -> None:
         connection, self._connection, self._channel = self._connection, None, None

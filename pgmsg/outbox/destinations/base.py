@@ -6,9 +6,8 @@ import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 from typing import Protocol
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from pgmsg.core import errors
+from pgmsg.core import broker_urls, errors
 
 #: The outcome of one message: None (the broker confirmed it), MessageRefused (the broker
 #: answered no: retried with backoff, then dead) or BrokerUnavailable (nothing is known: kept,
@@ -68,50 +67,18 @@ class Destination(Protocol):
 
 
 def split_options(url: str, known: dict[str, str]) -> tuple[str, dict[str, str]]:
-    """Take pgmsg's own query options (``known``: name -> default) out of ``url``.
-
-    Returns the URL without them (for the client library) and the options' values.
-    """
-    parts = urlsplit(url)
-    rest, options = [], dict(known)
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name in known:
-            options[name] = value
-        else:
-            rest.append((name, value))
-    return urlunsplit(parts._replace(query=urlencode(rest))), options
+    """Take pgmsg's own query options (``known``: name -> default) out of ``url``."""
+    return broker_urls.split_options(url, known)
 
 
 def flag(value: str, *, option: str, url: str) -> bool:
-    if value.lower() in ("1", "true", "yes", "on"):
-        return True
-    if value.lower() in ("0", "false", "no", "off"):
-        return False
-    raise errors.UnknownDestination(f"{redact(url)}: {option} must be 1 or 0, got {value!r}")
+    return broker_urls.flag(value, option=option, url=url, error=errors.UnknownDestination)
 
 
 def seconds(value: str, *, option: str, url: str) -> float:
-    try:
-        found = float(value)
-    except ValueError:
-        found = -1.0
-    if not found > 0:
-        raise errors.UnknownDestination(
-            f"{redact(url)}: {option} must be a positive number of seconds, got {value!r}"
-        )
-    return found
+    return broker_urls.seconds(value, option=option, url=url, error=errors.UnknownDestination)
 
 
-def redact(url: str) -> str:
-    """The URL with its password hidden, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
-
-
-def short(exc: BaseException) -> str:
-    """One line naming the exception: what a log line or a dead letter carries."""
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else repr(exc)}"
+#: The URL with its password hidden; one line naming an exception (core/broker_urls.py).
+redact = broker_urls.redact
+short = broker_urls.short

@@ -2,8 +2,10 @@
 re-publish within its duplicate window) and counts as sent once the stream's ack arrived.
 
 URL: ``nats://user:pass@host:4222`` (several servers: comma-separated in one URL's host
-part is not supported; name one). pgmsg's option: ``timeout`` (seconds to wait for an ack;
-default PGMSG OUTBOX_PUBLISH_TIMEOUT). The topic is the subject; a stream must take it.
+part is not supported; name one). pgmsg's options: ``timeout`` (seconds to wait for an ack;
+default PGMSG OUTBOX_PUBLISH_TIMEOUT), and ``declare=1`` with ``stream=NAME`` (and
+``subjects=a.>,b``, default ``NAME.>``): the relay creates that stream when it connects, if
+no stream of that name exists. The topic is the subject; a stream must take it.
 
 nats-py is asyncio-only: the destination runs its own event loop in a daemon thread of the
 relay process, and the relay waits on it with a timeout.
@@ -20,7 +22,15 @@ import nats.errors
 import nats.js.errors
 
 from pgmsg.core import conf, errors
-from pgmsg.outbox.destinations.base import Envelope, Outcome, redact, seconds, short, split_options
+from pgmsg.outbox.destinations.base import (
+    Envelope,
+    Outcome,
+    flag,
+    redact,
+    seconds,
+    short,
+    split_options,
+)
 
 # Answers about one message (the stream said no, or the client refused it before sending).
 # NoRespondersError: no stream takes the subject.
@@ -38,8 +48,17 @@ class NatsDestination:
     def __init__(self, name: str, url: str) -> None:
         self.name = name
         self.url = url
-        self.servers, options = split_options(url, {"timeout": ""})
+        self.servers, options = split_options(
+            url, {"timeout": "", "declare": "0", "stream": "", "subjects": ""}
+        )
         self.servers = self.servers.rstrip("?")
+        self.declare = flag(options["declare"], option="declare", url=url)
+        self.stream = options["stream"]
+        if self.declare and not self.stream:
+            raise errors.UnknownDestination(
+                f"destination {name!r}: {redact(url)}: declare=1 needs stream=NAME"
+            )
+        self.subjects = [s for s in options["subjects"].split(",") if s] or [f"{self.stream}.>"]
         timeout = options["timeout"] or str(conf.get().OUTBOX_PUBLISH_TIMEOUT)
         self.timeout = seconds(timeout, option="timeout", url=url)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -76,6 +95,18 @@ class NatsDestination:
                     f"{self.name} ({redact(self.url)}): {short(exc)}"
                 ) from exc
             self._js = self._client.jetstream(timeout=self.timeout)
+            if self.declare:
+                try:
+                    await self._declare_stream()
+                except _REFUSED as exc:  # the server said no (a subject another stream takes)
+                    await self._close()
+                    refused = errors.MessageRefused(f"{self.name}: declaring: {short(exc)}")
+                    return [refused] * len(envelopes)
+                except (TimeoutError, nats.errors.Error) as exc:
+                    await self._close()
+                    raise errors.BrokerUnavailable(
+                        f"{self.name} ({redact(self.url)}): {short(exc)}"
+                    ) from exc
         results = await asyncio.gather(
             *(
                 self._js.publish(
@@ -103,6 +134,12 @@ class NatsDestination:
         if any(isinstance(o, errors.BrokerUnavailable) for o in outcomes):
             await self._close()
         return outcomes
+
+    async def _declare_stream(self) -> None:
+        try:
+            await self._js.stream_info(self.stream)
+        except nats.js.errors.NotFoundError:
+            await self._js.add_stream(name=self.stream, subjects=self.subjects)
 
     def _ensure_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:

@@ -20,10 +20,12 @@ import pgmsg
 from example_project.shop.channels import (
     FraudCheck,
     OrderPaid,
+    OrderPlaced,
     PointsEarned,
     PointsSpent,
     PriceChanged,
 )
+from example_project.shop.live import start_live_page
 from example_project.shop.models import Invoice, LoyaltyBalance, Order, Payment, Shipment
 from pgmsg.models import Notification, NotificationDeadLetter
 
@@ -34,11 +36,31 @@ WEBHOOKS = 20
 
 class Command(BaseCommand):
     help = "Run the pgmsg demo: channels, trigger channels, 2 workers, exactly-once, dead letters."
+    # Checked after its own migrate: on a fresh database pgmsg.E010 (migrations not applied)
+    # would refuse the run that applies them.
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--live",
+            action="store_true",
+            help="also serve the live order feed (uvicorn) and print its URL; after the demo, "
+            "place an order a second until Ctrl+C (or --live-for)",
+        )
+        parser.add_argument("--live-port", type=int, default=8765, help="its port (8765)")
+        parser.add_argument(
+            "--live-for",
+            type=float,
+            default=0.0,
+            help="seconds to keep placing orders after the demo (0: until Ctrl+C)",
+        )
 
     def handle(self, *args, **options):
         say = self.stdout.write
+        self.live = options["live"]
         say(self.style.MIGRATE_HEADING("1. Database and migrations"))
         call_command("migrate", verbosity=0)
+        self.check()
         Order.objects.all().delete()  # cascades to shipments
         Invoice.objects.all().delete()
         LoyaltyBalance.objects.all().delete()
@@ -57,15 +79,42 @@ class Command(BaseCommand):
             env=dict(os.environ),
             start_new_session=True,
         )
+        server = None
         try:
+            if self.live:
+                server, self.live_url = start_live_page(say, port=options["live_port"])
             self.wait_until_listening(say, processes=2)
             self.produce(say)
             self.wait_and_report(say)
+            if self.live:
+                self.keep_placing_orders(say, seconds=options["live_for"])
         finally:
             say(self.style.MIGRATE_HEADING("6. Stop the workers (SIGTERM: finish, commit, exit)"))
             supervisor.send_signal(signal.SIGTERM)
             code = supervisor.wait(timeout=60)
             say(f"   supervisor exited with code {code}")
+            if server is not None:
+                server.send_signal(signal.SIGTERM)  # the streams end with a retry hint
+                server.wait(timeout=60)
+                say("   the live page's server stopped")
+
+    def keep_placing_orders(self, say, *, seconds: float) -> None:
+        say(self.style.MIGRATE_HEADING("5b. The live page: an order a second"))
+        say(
+            f"   watch them arrive at {self.live_url}; "
+            + ("Ctrl+C to stop" if not seconds else f"for {seconds:g} s")
+        )
+        deadline = time.monotonic() + seconds if seconds else None
+        n = 0
+        try:
+            while deadline is None or time.monotonic() < deadline:
+                n += 1
+                with transaction.atomic():
+                    place(Order.objects.create(customer=f"walk-in-{n}", total=Decimal("5.00") + n))
+                time.sleep(1.0)
+        except KeyboardInterrupt:
+            pass
+        say(f"   {n} more orders placed")
 
     def wait_until_listening(self, say, processes: int) -> None:
         from django.db import connection
@@ -93,6 +142,8 @@ class Command(BaseCommand):
                         customer=f"customer-{batch}-{i}", total=Decimal("19.90") + i
                     )
                     pgmsg.notify(OrderPaid(order_id=order.pk, amount=order.total, paid_at=now))
+                    if self.live:
+                        place(order)
         say(
             f"   {ORDERS} orders created in 4 transactions; the Order trigger channel stored one "
             f"message per insert, and each order also sent OrderPaid"
@@ -197,3 +248,8 @@ class Command(BaseCommand):
             say(self.style.SUCCESS("   every order shipped and invoiced exactly once"))
         else:
             raise CommandError("a message was handled more than once or not at all")
+
+
+def place(order: Order) -> None:
+    """The order's event, in the order's transaction: the live page's feed."""
+    pgmsg.append(f"order-{order.pk}", OrderPlaced(customer=order.customer, total=order.total))

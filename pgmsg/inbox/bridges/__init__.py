@@ -1,0 +1,1 @@
+"""Bridges from brokers (RabbitMQ, NATS JetStream, Redis Streams, MQTT) into inboxes."""
