@@ -9,24 +9,15 @@ SELECT pgmsg_receive(%(inbox)s, %(message_id)s, %(type)s, %(payload)s, %(source)
 
 -- name: receive_many
 -- Store many messages in one statement; duplicates (stored before, or twice in this batch)
--- are skipped. Returns the message ids that were stored, with their row ids. Row ids follow
--- the batch's order (an ordered inbox handles an aggregate's messages in id order); rows go
--- in in message id order, each taking its key in pgmsg_inbox_key (the trigger
--- pgmsg_inbox_first_receipt in pgmsg/models/inbox.py): two batches that share ids, inserted
--- concurrently in different orders, would each wait for a key the other holds (a deadlock);
--- in one order, one waits. Distinct ids never wait for each other. The arrays are binary
--- parameters (bound on the server, wire.rows): quoted on the client they cost a tenth of a bridge's drain.
-INSERT INTO pgmsg_inbox_message
-    (id, inbox, message_id, type, payload, source, aggregate_id, trace_id)
-SELECT m.id, %(inbox)s, m.message_id, m.type, m.payload::jsonb, m.source, m.aggregate_id,
-       m.trace_id
-FROM (SELECT nextval('pgmsg_inbox_message_id_seq') AS id, u.*
-      FROM unnest(%(message_ids)b::text[], %(types)b::text[], %(payloads)b::text[],
-                  %(sources)b::text[], %(aggregate_ids)b::text[], %(trace_ids)b::text[])
-           WITH ORDINALITY AS u(message_id, type, payload, source, aggregate_id, trace_id, n)
-      ORDER BY u.n) AS m
-ORDER BY m.message_id, m.n
-RETURNING message_id, id;
+-- are skipped. Returns the message ids that were stored, with their row ids, which follow
+-- the batch's order. pgmsg_receive_many (functions.sql) takes the batch's keys in one INSERT,
+-- in message id order: two batches that share ids wait for each other instead of
+-- deadlocking, and distinct ids never wait. The arrays are binary parameters (bound on the
+-- server, wire.rows): quoted on the client they cost a tenth of a bridge's drain.
+SELECT stored_key, stored_id
+FROM pgmsg_receive_many(%(inbox)s, %(message_ids)b::text[], %(types)b::text[],
+                        %(payloads)b::text[], %(sources)b::text[], %(aggregate_ids)b::text[],
+                        %(trace_ids)b::text[]);
 
 -- name: claim_types
 -- The claims return received_at as microseconds since the epoch: Django's loader of the

@@ -96,9 +96,12 @@ class InboxSource:
         # whose end sends no wake-up. Due again soon (0: look now), less often while it lasts.
         now = time.monotonic()
         if self._horizon_look_at is None:
-            self._horizon_look_at = now + self._horizon_poll
+            # The poll itself, not (now + poll) - now, which floats can make a hair longer.
+            wait = self._horizon_poll
+            self._horizon_look_at = now + wait
             self._horizon_poll = min(self._horizon_poll * 2, HORIZON_POLL_MAX)
-        wait = max(self._horizon_look_at - now, 0.0)
+        else:
+            wait = max(self._horizon_look_at - now, 0.0)
         if wait == 0.0:
             self._horizon_look_at = None  # this look is due; the next is set after it
         return wait if due is None else min(due, wait)

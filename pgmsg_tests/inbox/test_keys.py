@@ -45,15 +45,24 @@ def test_two_transactions_receiving_distinct_ids_in_opposite_orders_never_deadlo
     assert InboxMessage.objects.filter(inbox=INBOX).count() == 4
 
 
-def _second_receipt_after(end: str, message_id: str) -> bool:
-    """A first copy in an open transaction; a second receipt waits for it; the first ends
-    with ``end``: whether the second stored its copy."""
+def _second_receipt_after(end: str, message_id: str, batch: bool = False) -> bool:
+    """A first copy in an open transaction; a second receipt (receive(), or with ``batch``
+    receive_many() between two fresh ids) waits for it; the first ends with ``end``: whether
+    the second stored its copy."""
     first = psycopg.connect(database_url(connection.settings_dict), autocommit=False)
     result: dict = {}
 
     def second() -> None:
         try:
-            result["stored"] = pgmsg.receive(INBOX, message_id, type="work", payload={}).stored
+            if not batch:
+                result["stored"] = pgmsg.receive(INBOX, message_id, type="work", payload={}).stored
+                return
+            ids = [f"{message_id}-before", message_id, f"{message_id}-after"]
+            received = pgmsg.receive_many(
+                INBOX, [{"message_id": i, "type": "work", "payload": {}} for i in ids]
+            )
+            assert [r.stored for r in received[::2]] == [True, True]
+            result["stored"] = received[1].stored
         finally:
             connection.close()
 
@@ -70,14 +79,34 @@ def _second_receipt_after(end: str, message_id: str) -> bool:
     return result["stored"]
 
 
-def test_a_concurrent_duplicate_waits_for_the_first_copy_then_skips():
-    assert _second_receipt_after("commit", "twice") is False
+@pytest.mark.parametrize("batch", [False, True], ids=["receive", "receive_many"])
+def test_a_concurrent_duplicate_waits_for_the_first_copy_then_skips(batch):
+    assert _second_receipt_after("commit", "twice", batch) is False
     assert InboxMessage.objects.filter(message_id="twice").count() == 1
 
 
-def test_a_receipt_that_waited_for_a_first_copy_rolled_back_is_stored():
-    assert _second_receipt_after("rollback", "undone") is True
+@pytest.mark.parametrize("batch", [False, True], ids=["receive", "receive_many"])
+def test_a_receipt_that_waited_for_a_first_copy_rolled_back_is_stored(batch):
+    assert _second_receipt_after("rollback", "undone", batch) is True
     assert InboxMessage.objects.filter(message_id="undone").count() == 1
+
+
+def test_receive_many_stores_new_ids_and_ids_whose_row_is_gone_and_skips_the_rest():
+    _receive("stored")
+    _receive("deleted")
+    InboxMessage.objects.filter(message_id="deleted").delete()  # its key outlives it
+    ids = ["new-b", "stored", "deleted", "new-a", "new-b", "new-c"]
+    received = pgmsg.receive_many(
+        INBOX, [{"message_id": i, "type": "work", "payload": {"n": n}} for n, i in enumerate(ids)]
+    )
+    assert [r.stored for r in received] == [True, False, True, True, False, True]
+    rows = InboxMessage.objects.filter(inbox=INBOX).exclude(message_id="stored").order_by("id")
+    # Row ids follow the batch's order; the first copy of a repeated id is the one stored.
+    assert [(m.message_id, m.payload["n"]) for m in rows] == [
+        ("new-b", 0), ("deleted", 2), ("new-a", 3), ("new-c", 5)
+    ]  # fmt: skip
+    assert [r.id for r in received if r.stored] == [m.id for m in rows]
+    assert _keys() == {"stored", "deleted", "new-a", "new-b", "new-c"}
 
 
 def _keys() -> set[str]:

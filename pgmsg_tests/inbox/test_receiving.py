@@ -103,7 +103,7 @@ def test_receive_many_goes_through_djangos_cursor_where_it_is_watched():
             ],
         )
     assert [r.stored for r in results] == [True, False, True]
-    assert any("pgmsg_inbox_message" in q["sql"] for q in queries.captured_queries)
+    assert any("pgmsg_receive_many" in q["sql"] for q in queries.captured_queries)
     assert InboxMessage.objects.get(message_id="w-2").trace_id == "t"
 
 
@@ -174,6 +174,24 @@ def test_a_batch_gets_row_ids_in_its_own_order():
     assert [r.message_id for r in received] == batch
     ids = [r.id for r in received]
     assert ids == sorted(ids)
+
+
+def test_receive_many_wakes_an_idle_worker_once_and_an_all_duplicate_batch_wakes_nobody():
+    listener = psycopg.connect(database_url(connection.settings_dict), autocommit=True)
+    batch = [{"message_id": f"many-{n}", "type": "work", "payload": {}} for n in range(3)]
+    try:
+        listener.execute("LISTEN pgmsg")
+        wake.IdleDeclaration(["inbox:test.inbox"]).declare(listener.cursor())
+        assert all(r.stored for r in pgmsg.receive_many("test.inbox", batch))
+        assert [n.payload for n in listener.notifies(timeout=5, stop_after=1)] == [
+            "inbox:test.inbox"
+        ]
+        assert not any(r.stored for r in pgmsg.receive_many("test.inbox", batch))
+        assert [n.payload for n in listener.notifies(timeout=0.3)] == []
+    finally:
+        listener.close()
+    drain()
+    assert effects() == {"many-0": 1, "many-1": 1, "many-2": 1}
 
 
 RECEIVE = "SELECT pgmsg_receive(%s, %s, 'work', %s)"
