@@ -81,13 +81,9 @@ BEGIN
           ORDER BY f.n) AS b
     RETURNING m.message_id, m.id;
     done := set_config('pgmsg.receiving', '', true);
+    -- Once per batch, so pgmsg_wake's call costs nothing worth inlining (pgmsg_receive does).
     IF current_setting('pgmsg.woken', true) IS DISTINCT FROM wake_payload THEN
-        done := pg_advisory_xact_lock_shared(1885826370, hashtext(wake_payload))::text;
-        IF (CASE WHEN pg_try_advisory_lock(1885826377, hashtext(wake_payload))
-                 THEN NOT pg_advisory_unlock(1885826377, hashtext(wake_payload))
-                 ELSE true END) THEN
-            done := pg_notify('pgmsg', wake_payload)::text;
-        END IF;
+        PERFORM pgmsg_wake(wake_payload);
         done := set_config('pgmsg.woken', wake_payload, true);
     END IF;
 END $$;
