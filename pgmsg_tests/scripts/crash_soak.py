@@ -11,6 +11,8 @@ Measured on the 2-core machine (2026-11-28, PostgreSQL 15, other sessions busy),
 3,000 messages: 114 kills, 0 dead, 0 pending, none handled twice. The code before issue 44's
 fix gave the same in one such run (108 kills): at this length the soak did not show its
 innocent dead letters; pgmsg_tests/inbox/test_inbox_crash_charges.py does, deterministically.
+At the issue's length (2026-12-06, PostgreSQL 15, a quiet machine), 180 s and 6,000 messages:
+350 kills, 0 dead, 0 pending, none handled twice.
 """
 
 import json
