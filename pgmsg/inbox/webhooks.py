@@ -19,7 +19,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core import checks
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, DataError, transaction
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -241,6 +241,9 @@ def _handle(request: HttpRequest, name: str) -> JsonResponse:
         return _answer(exc.status, error=str(exc))
     except errors.InvalidMessage as exc:
         return _answer(400, error=str(exc))
+    except DataError as exc:  # a value PostgreSQL refuses (jsonb's \u0000): sending again won't do
+        logger.warning("pgmsg webhook %r: 400: PostgreSQL refuses the message: %s", name, exc)
+        return _answer(400, error=f"PostgreSQL refuses the message: {str(exc).splitlines()[0]}")
     except DatabaseError as exc:
         logger.error("pgmsg webhook %r: not stored, answering 503: %s", name, exc)
         return _answer(503, error="not stored; try again")

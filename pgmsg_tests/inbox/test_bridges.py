@@ -116,8 +116,13 @@ def test_bad_input_becomes_dead_letters_and_the_rest_passes(settings, place):
         place.send(b'{"n": 2}', {"some": "header"})
         place.send(b'{"n": 3}', pgmsg_headers("unknown-type", type_="no.such.type"))
         place.send(json.dumps({"n": 4, "pad": "x" * 500}).encode(), pgmsg_headers("big"))
-        place.send(b'{"n": 5}', pgmsg_headers("ok-5"))
-        rows = stored(6)
+        # JSON that PostgreSQL's jsonb refuses, and a NUL that text refuses: each its own dead
+        # letter, never a batch that fails to store again and again.
+        place.send(b'{"n": NaN}', pgmsg_headers("nan"))
+        place.send(b'{"n": "a\\u0000b"}', pgmsg_headers("nul-escape"))
+        place.send(b"nul \x00 byte {", pgmsg_headers("nul-byte"))
+        place.send(b'{"n": 5, "text": "a\\\\u0000"}', pgmsg_headers("ok-5"))
+        rows = stored(9)
     finally:
         running.stop()
     by_id = {r.message_id: r for r in rows}
@@ -132,6 +137,12 @@ def test_bad_input_becomes_dead_letters_and_the_rest_passes(settings, place):
     assert json.loads(no_id.payload["raw_body"]) == {"n": 2}
     big = by_id["big"]
     assert big.status == "dead" and "max_bytes" in big.last_error
+    assert by_id["nan"].status == "dead" and "NaN" in by_id["nan"].last_error
+    assert by_id["nul-escape"].status == "dead" and "u0000" in by_id["nul-escape"].last_error
+    nul_byte = by_id["nul-byte"]
+    assert nul_byte.status == "dead" and nul_byte.payload["raw_body"] == "nul \\x00 byte {"
+    # An escaped backslash before "u0000" is no NUL: stored as it came.
+    assert by_id["ok-5"].payload == {"n": 5, "text": "a\\u0000"}
     assert big.aggregate_id is None  # a reject holds no ordered aggregate back
 
 

@@ -132,6 +132,9 @@ def test_an_oversized_body_is_413_and_stores_nothing(client):
         (b"[" * 100_000, None, "not JSON"),  # nested past Python's recursion limit
         (b'{"n": 1}', "pgmsg-message-id", "no message_id (looked in header:pgmsg-message-id)"),
         (b'{"n": 1}', "pgmsg-type", "no type"),
+        # JSON that PostgreSQL's jsonb refuses: the sender's to mend, not to send again.
+        (b'{"n": NaN}', None, "not JSON-serialisable"),
+        (b'{"n": "a\\u0000b"}', None, "PostgreSQL refuses the message"),
     ],
 )
 def test_a_signed_body_that_is_not_json_or_lacks_an_id_is_400_with_the_reason(

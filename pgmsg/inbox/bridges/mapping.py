@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +16,9 @@ from pgmsg.inbox.bridges.declarations import Bridge
 REJECTED_TYPE = "pgmsg.bridge.rejected"
 #: How much of an oversized body its dead letter keeps.
 KEPT_OF_OVERSIZED = 4096
+#: A JSON escape of NUL (not itself an escaped backslash): jsonb refuses it, so such a body
+#: would fail its whole batch's store instead of becoming its own dead letter.
+_NUL_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,9 +62,13 @@ def convert(bridge: Bridge, delivery: Delivery) -> dict[str, Any] | Rejected:
             kept=body[:KEPT_OF_OVERSIZED],
         )
     try:
-        payload = json.loads(body)
+        payload = json.loads(body, parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError) as exc:
         return _rejected(bridge, delivery, None, f"the body is not JSON: {exc}")
+    if b"\\u0000" in body and _NUL_ESCAPE.search(body):
+        return _rejected(
+            bridge, delivery, None, "the body holds \\u0000, which PostgreSQL's jsonb refuses"
+        )
     found = {field: _find(bridge, delivery, payload, field) for field in bridge.mapping}
     if not found["message_id"]:
         return _rejected(
@@ -85,6 +93,10 @@ def convert(bridge: Bridge, delivery: Delivery) -> dict[str, Any] | Rejected:
         "aggregate_id": found["aggregate_id"] or None,
         "trace_id": found["trace_id"] or "",
     }
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value PostgreSQL stores")
 
 
 def _find(bridge: Bridge, delivery: Delivery, payload: Any, field: str) -> str:
@@ -123,20 +135,20 @@ def _rejected(
     message_id = _find(bridge, delivery, payload if payload is not None else {}, "message_id")
     if not message_id:
         message_id = _stable_id(bridge, delivery)
-    kept_text = None if raw is None else raw.decode("utf-8", "backslashreplace")
+    kept_text = None if raw is None else _text(raw)
     record = {
-        "reason": reason,
+        "reason": _storable(reason),
         "raw_body": kept_text,
         "body_bytes": None if delivery.body is None else len(delivery.body),
-        "headers": {str(k): _text(v) for k, v in delivery.headers.items()},
-        "properties": {str(k): _text(v) for k, v in delivery.properties.items()},
+        "headers": {_text(k): _text(v) for k, v in delivery.headers.items()},
+        "properties": {_text(k): _text(v) for k, v in delivery.properties.items()},
         "position": delivery.position,
     }
     return Rejected(
         message_id=message_id,
         type=REJECTED_TYPE,
         payload=json.dumps(record),
-        reason=f"bridge {bridge.name!r}: {reason}",
+        reason=_storable(f"bridge {bridge.name!r}: {reason}"),
     )
 
 
@@ -152,4 +164,10 @@ def _stable_id(bridge: Bridge, delivery: Delivery) -> str:
 
 
 def _text(value: Any) -> str:
-    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+    text = value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+    return _storable(text)
+
+
+def _storable(text: str) -> str:
+    """NUL written out: PostgreSQL's text and jsonb refuse it, and a dead letter must store."""
+    return text.replace("\0", "\\x00")
