@@ -1,8 +1,13 @@
-"""The test project as an ASGI application (uvicorn pgmsg_tests.asgi:application)."""
+"""The test project as an ASGI application (uvicorn pgmsg_tests.asgi:application), with its
+live streams served by pgmsg.live.asgi; ``django_only`` serves them through Django alone."""
 
 import os
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "pgmsg_tests.settings")
-application = get_asgi_application()
+django_only = get_asgi_application()
+
+from pgmsg import live  # noqa: E402  (after Django is set up)
+
+application = live.asgi(django_only)

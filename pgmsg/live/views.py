@@ -17,6 +17,7 @@ import pgmsg.live.reads as reads
 from pgmsg.channels import declarations
 from pgmsg.core import conf, errors
 from pgmsg.events import names
+from pgmsg.live.asgi import SCOPE_KEY as HANDOFF_KEY
 from pgmsg.live.asks import Ask, Refused
 from pgmsg.live.clients import Client
 
@@ -85,7 +86,13 @@ def stream(
             # ends at once with a retry hint makes the browser come back and resume.
             return _events(_come_back_later(str(exc)))
         client = Client(ask, limit=conf.get().LIVE_CLIENT_BUFFER, checkpoint=checkpoint)
-        return _events(_body(live, client))
+        handoff = request.scope.get(HANDOFF_KEY)
+        if handoff is None:
+            return _events(_body(live, client))
+        # Served by pgmsg.live.asgi: Django answers with the headers and lets go of the
+        # request; the wrapper writes the stream.
+        handoff.hand_over(_body(live, client), client)
+        return _events(_nothing())
 
     return live_stream
 
@@ -179,6 +186,11 @@ def _events(body) -> StreamingHttpResponse:
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each message on at once
     return response
+
+
+async def _nothing():
+    return
+    yield
 
 
 async def _come_back_later(reason: str):

@@ -31,9 +31,13 @@ def free_port() -> int:
 
 
 class LiveServer:
-    """``uvicorn pgmsg_tests.asgi:application`` on a port of its own; restartable."""
+    """``uvicorn pgmsg_tests.asgi:<app>`` on a port of its own; restartable. ``app``:
+    ``application`` (live streams served by pgmsg.live.asgi) or ``django_only``."""
 
-    def __init__(self, tmp_path: Path, *, url: str, settings: dict | None = None) -> None:
+    def __init__(
+        self, tmp_path: Path, *, url: str, settings: dict | None = None, app: str = "application"
+    ) -> None:
+        self.app = app
         self.port = free_port()
         self.url = url
         self.tmp_path = tmp_path
@@ -57,7 +61,7 @@ class LiveServer:
                     sys.executable,
                     "-m",
                     "uvicorn",
-                    "pgmsg_tests.asgi:application",
+                    f"pgmsg_tests.asgi:{self.app}",
                     "--host",
                     "127.0.0.1",
                     "--port",
@@ -116,9 +120,11 @@ def live_server_factory(tmp_path):
     skip_unless(uvicorn is not None, "uvicorn is not installed (pip install -e .[dev])")
     servers: list[LiveServer] = []
 
-    def make(*, url: str | None = None, settings: dict | None = None) -> LiveServer:
+    def make(
+        *, url: str | None = None, settings: dict | None = None, app: str = "application"
+    ) -> LiveServer:
         server = LiveServer(
-            tmp_path, url=url or database_url(connection.settings_dict), settings=settings
+            tmp_path, url=url or database_url(connection.settings_dict), settings=settings, app=app
         )
         servers.append(server)
         return server.start()

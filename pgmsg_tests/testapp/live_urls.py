@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.urls import path
 
 from pgmsg import live
@@ -70,4 +70,14 @@ def page(request):
     return HttpResponse(PAGE)
 
 
-urlpatterns += [path("page", page), path("bare", bare)]
+async def hub_clients(request):
+    """How many clients this server process's hub holds (tests: a client that went away is
+    let go)."""
+    from pgmsg.live.hub import Hub
+
+    live_hub = Hub.get()
+    held = len(live_hub.clients) + sum(len(s) for s in live_hub.channel_clients.values())
+    return JsonResponse({"clients": held})
+
+
+urlpatterns += [path("page", page), path("bare", bare), path("hub", hub_clients)]
