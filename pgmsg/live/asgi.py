@@ -1,7 +1,8 @@
 """``pgmsg.live.asgi(application)``: live streams that outlive Django's request handling.
 
 Django keeps a request, its handler's tasks and its response for as long as a streaming
-response runs: about 42 KB per open stream on uvicorn (docs/live.md). Wrapped, the live view
+response runs: about 42 KB per open stream on uvicorn (a bare Django SSE view less a raw
+ASGI one, docs/live.md). Wrapped, the live view
 still runs inside Django (its middleware, sessions, the authorization hook), but once it lets a
 client in it hands the stream to this wrapper: Django finishes the request and lets go of it,
 and the wrapper writes the stream to the ASGI server itself. Without the wrapper the view
@@ -65,7 +66,6 @@ def asgi(application):
         if body is not None:
             await _stream(body, client, receive, send)
 
-    live_or_django.pgmsg_live = True
     return live_or_django
 
 
