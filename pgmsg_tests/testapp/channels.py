@@ -20,6 +20,10 @@ class Work(pgmsg.Channel, name="test.work"):
     fail_times: int = 0  # raise while the delivery's attempts are below this
     always_fail: bool = False
     sleep: float = 0.0
+    # A path: the listener holds the message (its transaction kept busy) until the file exists,
+    # so that a test can signal a worker while it is certainly mid-message, however slow the
+    # machine.
+    hold_until: str = ""
 
 
 class Typed(pgmsg.Channel, name="test.typed", max_attempts=2):

@@ -4,6 +4,8 @@ import os
 import signal
 import time
 
+from django.db import connection
+
 import pgmsg
 from pgmsg_tests.testapp.channels import Poison, Shout, Typed, Work
 from pgmsg_tests.testapp.models import Effect
@@ -13,6 +15,8 @@ from pgmsg_tests.testapp.models import Effect
 def record_work(message: Work) -> None:
     if message.sleep:
         time.sleep(message.sleep)
+    if message.hold_until:
+        hold_until_exists(message.hold_until)
     Effect.objects.create(
         channel="test.work", key=message.key, listener="record_work", worker_pid=os.getpid()
     )
@@ -22,6 +26,16 @@ def record_work(message: Work) -> None:
         raise RuntimeError(
             f"work {message.key} fails on attempt {pgmsg.current_delivery().attempts + 1}"
         )
+
+
+def hold_until_exists(path: str, limit: float = 120.0) -> None:
+    # A query now and then, so that the held transaction is never idle long enough for the
+    # test WORKER_IDLE_TIMEOUT to end it.
+    deadline = time.monotonic() + limit
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        time.sleep(0.1)
 
 
 @pgmsg.listener(Work)
