@@ -10,6 +10,10 @@ For each broker that listens on 127.0.0.1 (RabbitMQ, NATS JetStream, Redis Strea
 - bridge: the same backlog, refilled, drained by the bridge (a worker running only it, in a
   thread of this process, --batch-size 100) into an inbox: the rate is N over the time from the
   worker's start until the inbox holds N messages.
+- rounds (--rounds, default 3): raw then bridge, each on a backlog of its own, that many
+  times; the medians are printed, and each round's ratio.
+- inbox alone: receive_many() of prebuilt batches of 100, no broker, the same rounds: what
+  storing costs any bridge.
 - latency: one relay process (``listen --outbox``), one bridge process (``listen --bridge``)
   and one inbox worker (``listen --inbox``); M messages (default 200), one at a time: from the
   producer's COMMIT returning until the handler's transaction started (the inbox message's
@@ -349,10 +353,43 @@ def throughput(url: str, raw_conn: psycopg.Connection, kind: str, n: int) -> tup
         place.close()
 
 
+def inbox_alone(n: int, run: str) -> float:
+    """receive_many() of prebuilt batches of BATCH, one transaction each, no broker: what any
+    bridge's store costs, the ceiling of a bridge on this inbox."""
+    from django.db import transaction
+
+    import pgmsg
+
+    batches = [
+        [
+            {
+                "message_id": f"alone-{run}-{i}",
+                "type": "tick",
+                "payload": {"n": i},
+                "aggregate_id": f"k{i % KEYS}",
+                "source": "bench",
+            }
+            for i in range(first, min(first + BATCH, n))
+        ]
+        for first in range(0, n, BATCH)
+    ]
+    start = time.perf_counter()
+    for batch in batches:
+        with transaction.atomic():
+            pgmsg.receive_many(INBOX, batch)
+    return n / (time.perf_counter() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=5_000)
     parser.add_argument("--latency-n", type=int, default=200)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="throughput rounds per broker, raw then bridge in each; the medians are printed",
+    )
     parser.add_argument("--brokers", default="redis,amqp,nats,mqtt")
     parser.add_argument(
         "--parts",
@@ -389,8 +426,13 @@ def main() -> None:
         n = min(args.n, 900) if kind == "mqtt" else args.n
         raw = rate = p50 = p99 = float("nan")
         slowest = ""
+        spread = ""
         if "throughput" in parts:
-            raw, rate = throughput(url, raw_conn, kind, n)
+            rounds = [throughput(url, raw_conn, kind, n) for _ in range(args.rounds)]
+            raw = statistics.median(r for r, _ in rounds)
+            rate = statistics.median(b for _, b in rounds)
+            if len(rounds) > 1:
+                spread = "  rounds " + " ".join(f"{b / r:.2f}" for r, b in rounds)
         if "latency" in parts:
             place = bridge_brokers.Place(kind)
             try:
@@ -404,7 +446,13 @@ def main() -> None:
             slowest = f"  slowest {total * 1000:.1f} ms ({stored * 1000:.1f} ms until stored in B)"
         print(
             f"{kind:<8} {n:>8,} {raw:>10,.0f} {rate:>13,.0f} {rate / raw:>6.2f} "
-            f"{p50:>7.1f} {p99:>7.1f}{slowest}"
+            f"{p50:>7.1f} {p99:>7.1f}{spread}{slowest}"
+        )
+    if "throughput" in parts:
+        alone = [inbox_alone(args.n, f"{i}-{time.time()}") for i in range(args.rounds)]
+        print(
+            f"\ninbox alone (receive_many() of prebuilt batches of {BATCH}, no broker): "
+            f"{statistics.median(alone):,.0f} msg/s (median of {len(alone)})"
         )
     raw_conn.close()
 

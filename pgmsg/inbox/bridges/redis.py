@@ -32,6 +32,10 @@ _DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSErro
 
 
 class RedisConsumer:
+    #: redis-py's client may be used from two threads (each command takes a connection of the
+    #: pool): the bridge fetches the next batch while it stores this one (prefetch.py).
+    prefetch = True
+
     def __init__(self, bridge: Bridge) -> None:
         self.bridge = bridge
         rest, options = broker_urls.split_options(
@@ -51,8 +55,10 @@ class RedisConsumer:
         except ValueError as exc:
             raise errors.UnknownBridge(f"bridge {bridge.name!r}: {exc}") from exc
         self._ready = False
-        #: Read this consumer's pending entries (from "0") before new ones (">").
-        self._pending = True
+        #: Read this consumer's pending entries (from "0", then after the last one read)
+        #: before new ones (">"). After the last one read, not from "0" each time: a batch
+        #: fetched ahead comes before the one in hand is acknowledged.
+        self._pending_after: str | None = "0"
 
     def _call(self, method, *args, **kwargs):
         try:
@@ -95,9 +101,10 @@ class RedisConsumer:
     def fetch(self, limit: int) -> list[Delivery]:
         if not self._ready:
             self._prepare()
-        start = "0" if self._pending else ">"
+        pending = self._pending_after is not None
+        start = self._pending_after if pending else ">"
         # New entries: wait up to one poll for them (BLOCK), so a message is taken as it comes.
-        block = None if self._pending else max(int(self.bridge.poll * 1000), 1)
+        block = None if pending else max(int(self.bridge.poll * 1000), 1)
         found = self._call(
             self.client.xreadgroup,
             self.group,
@@ -107,9 +114,11 @@ class RedisConsumer:
             block=block,
         )
         entries = found[0][1] if found else []
-        if self._pending and not entries:
-            self._pending = False
-            return self.fetch(limit)
+        if pending:
+            if not entries:
+                self._pending_after = None
+                return self.fetch(limit)
+            self._pending_after = entries[-1][0].decode()
         return [self._delivery(entry_id, fields) for entry_id, fields in entries]
 
     def _delivery(self, entry_id: bytes, fields: dict | None) -> Delivery:

@@ -22,6 +22,7 @@ from pgmsg.core.sources import Worker
 from pgmsg.inbox import declarations as inbox
 from pgmsg.inbox.bridges import brokers, declarations, mapping
 from pgmsg.inbox.bridges.consumer import Consumer
+from pgmsg.inbox.bridges.prefetch import Batches
 
 logger = logging.getLogger("pgmsg.inbox")
 
@@ -40,6 +41,7 @@ class BridgeSource:
         self.wake_payloads: list[str] = []  # the broker wakes nothing: the bridge polls it
         self._module = brokers.module(bridge)
         self._consumer: Consumer | None = None
+        self._batches: Batches | None = None  # the consumer's, mapped (fetched ahead or not)
         self._held_on: object = None  # the DB connection the lock belongs to
         self._next_poll = 0.0
         self._next_take = 0.0
@@ -64,24 +66,25 @@ class BridgeSource:
             self._report(worker)
             return 0
         try:
-            consumer = self._connect()
-            deliveries = consumer.fetch(worker.batch_size)
+            batches = self._connect()
+            batch = batches.take(worker.batch_size)
         except errors.BrokerUnavailable as exc:
             self._broker_down(exc)
             self._report(worker)
             return 0
-        if not deliveries:
+        if not batch:
             self._next_poll = time.monotonic() + self.bridge.poll
             self._report(worker)
             return 0
+        deliveries = [delivery for delivery, _ in batch]
         try:
-            self._store(worker, deliveries)
+            self._store(worker, [found for _, found in batch])
         except BaseException:
             # Not stored: the broker must deliver these again (closing hands them back).
             self._close()
             raise
         try:
-            consumer.ack(deliveries)
+            batches.ack(deliveries)
         except errors.BrokerUnavailable as exc:
             # Stored but not acknowledged: delivered again later, and skipped as duplicates.
             self._broker_down(exc)
@@ -92,11 +95,14 @@ class BridgeSource:
 
     # -- storing -------------------------------------------------------------------------------
 
-    def _store(self, worker: Worker, deliveries: list[mapping.Delivery]) -> None:
-        accepted, rejected = [], []
-        for delivery in deliveries:
-            found = mapping.convert(self.bridge, delivery)
-            (rejected if isinstance(found, mapping.Rejected) else accepted).append(found)
+    def _store(self, worker: Worker, mapped: list[dict | mapping.Rejected]) -> None:
+        accepted: list[dict] = []
+        rejected: list[mapping.Rejected] = []
+        for found in mapped:
+            if isinstance(found, mapping.Rejected):
+                rejected.append(found)
+            else:
+                accepted.append(found)
         db = worker.database
         with transaction.atomic(using=db):
             if accepted:
@@ -121,10 +127,14 @@ class BridgeSource:
 
     # -- the broker ----------------------------------------------------------------------------
 
-    def _connect(self) -> Consumer:
-        if self._consumer is None:
+    def _connect(self) -> Batches:
+        if self._batches is None:
             self._consumer = self._module.consumer(self.bridge)
-        return self._consumer
+            self._batches = Batches(self._consumer, self._convert, f"pgmsg-{self.label}")
+        return self._batches
+
+    def _convert(self, delivery: mapping.Delivery) -> dict | mapping.Rejected:
+        return mapping.convert(self.bridge, delivery)
 
     def _broker_down(self, exc: errors.BrokerUnavailable) -> None:
         self._close()
@@ -148,10 +158,10 @@ class BridgeSource:
         self._held_on = None
 
     def _close(self) -> None:
-        consumer, self._consumer = self._consumer, None
-        if consumer is not None:
+        batches, self._batches, self._consumer = self._batches, None, None
+        if batches is not None:
             try:
-                consumer.close()
+                batches.close()  # closes the consumer
             except Exception:  # closing is best effort: the connection is dropped either way
                 pass
 
