@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from pgmsg.inbox.bridges import declarations, mapping
+from pgmsg.inbox.bridges import brokers, declarations, mapping
 from pgmsg.inbox.bridges.prefetch import Batches
 from pgmsg.inbox.bridges.redis import RedisConsumer
 from pgmsg_tests.inbox import bridge_brokers
@@ -99,3 +99,22 @@ def test_acknowledgements_sent_on_the_fetching_thread_all_arrive(bridge, place):
         batches.close()
     assert seen == sent
     assert place.client.xpending(place.topic, "pgmsg-b")["pending"] == 0
+
+
+@pytest.mark.parametrize("kind", ["redis", "amqp", "nats", "mqtt"])
+def test_only_a_client_safe_from_two_threads_is_fetched_ahead(settings, kind):
+    """pika's connection is one thread's: an AMQP bridge fetched ahead corrupted its frames
+    (InvalidFrameError, then the worker died) when the flag was read from an attribute that
+    AmqpConsumer already had for another meaning (its prefetch count)."""
+    place = bridge_brokers.Place(kind)
+    try:
+        settings.PGMSG = {**settings.PGMSG, "INBOX_BRIDGES": {"b": place.bridge(INBOX)}}
+        bridge = declarations.get("b")
+        consumer = brokers.module(bridge).consumer(bridge)
+        batches = Batches(consumer, lambda d: mapping.convert(bridge, d), "test-prefetch")
+        try:
+            assert (batches._thread is not None) is (kind == "redis")
+        finally:
+            batches.close()
+    finally:
+        place.close()

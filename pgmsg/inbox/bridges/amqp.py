@@ -32,6 +32,8 @@ _PROPERTIES = ("message_id", "type", "correlation_id", "app_id", "content_type")
 
 
 class AmqpConsumer:
+    fetch_ahead = False  # pika's connection belongs to one thread
+
     def __init__(self, bridge: Bridge) -> None:
         self.bridge = bridge
         rest, options = broker_urls.split_options(

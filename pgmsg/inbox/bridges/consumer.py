@@ -14,6 +14,10 @@ class Consumer(Protocol):
     bridge holds its lock. Every method raises BrokerUnavailable when the broker cannot be
     reached (the bridge then closes it and connects again after a backoff)."""
 
+    #: Whether the bridge may fetch (and acknowledge) on a thread of its own while the worker
+    #: stores (prefetch.py): only where the client may be used from two threads at once.
+    fetch_ahead: bool
+
     def fetch(self, limit: int) -> list[Delivery]:
         """Up to ``limit`` messages, in the broker's order, without waiting for more than
         what is there (or a few milliseconds); none acknowledged yet. After close(), the

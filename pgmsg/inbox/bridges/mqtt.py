@@ -33,6 +33,8 @@ from pgmsg.inbox.bridges.mapping import Delivery
 
 
 class MqttConsumer:
+    fetch_ahead = False  # paho's network thread already receives ahead of fetch()
+
     def __init__(self, bridge: Bridge) -> None:
         self.bridge = bridge
         _, options = broker_urls.split_options(

@@ -1,5 +1,5 @@
 """Fetch and map the next batch while the current one is stored, for a consumer whose client
-may be used from two threads at once (``Consumer.prefetch``; Redis Streams).
+may be used from two threads at once (``Consumer.fetch_ahead``; Redis Streams).
 
 Storing a batch waits on PostgreSQL and fetching one waits on the broker: done one after the
 other, a bridge with a backlog spends the sum of both. Here a thread fetches and maps batch
@@ -26,13 +26,13 @@ Batch = list[tuple[Delivery, Any]]
 
 class Batches:
     """A consumer's batches, each delivery mapped; fetched ahead when the consumer allows it
-    (``prefetch = True``), one after the other otherwise."""
+    (``fetch_ahead``), one after the other otherwise."""
 
     def __init__(self, consumer: Consumer, convert: Callable[[Delivery], Any], name: str) -> None:
         self._consumer = consumer
         self._convert = convert
         self._thread = None
-        if getattr(consumer, "prefetch", False):
+        if consumer.fetch_ahead is True:
             self._thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=name)
         self._next: concurrent.futures.Future[Batch] | None = None
         self._acked: concurrent.futures.Future[None] | None = None

@@ -34,7 +34,7 @@ _DOWN = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSErro
 class RedisConsumer:
     #: redis-py's client may be used from two threads (each command takes a connection of the
     #: pool): the bridge fetches the next batch while it stores this one (prefetch.py).
-    prefetch = True
+    fetch_ahead = True
 
     def __init__(self, bridge: Bridge) -> None:
         self.bridge = bridge
