@@ -18,13 +18,13 @@ For each broker that listens on 127.0.0.1 (RabbitMQ, NATS JetStream, Redis Strea
   and one inbox worker (``listen --inbox``); M messages (default 200), one at a time: from the
   producer's COMMIT returning until the handler's transaction started (the inbox message's
   processed_at, the start of the transaction that ran its handler); p50 and p99, after 5
-  messages of warm-up.
+  messages of warm-up, on an inbox emptied of what the throughput part stored.
 
 MQTT: Mosquitto keeps at most 1,000 messages (its max_queued_messages default) for a session
 that is not connected, so its backlog is min(N, 900).
 
-    python bench/bridges.py [--n 5000] [--latency-n 200] [--brokers redis,amqp,nats,mqtt]
-                            [--parts throughput,latency]
+    python bench/bridges.py [--n 5000] [--latency-n 200] [--rounds 3]
+                            [--brokers redis,amqp,nats,mqtt] [--parts throughput,latency,alone]
 
 BENCH_SLOW=1 prints each latency sample over 100 ms with its times (stored in B: the bridge's
 transaction start; visible: when this script first saw the row). BENCH_PROFILE=/tmp/prof
@@ -353,6 +353,14 @@ def throughput(url: str, raw_conn: psycopg.Connection, kind: str, n: int) -> tup
         place.close()
 
 
+def empty_the_inbox(conn: psycopg.Connection) -> None:
+    """The latency part starts from an empty inbox: what the throughput part stored (tens of
+    thousands of rows no handler took) is not the latency's to carry."""
+    conn.execute("DELETE FROM pgmsg_inbox_message WHERE inbox = %s", [INBOX])
+    conn.execute("DELETE FROM pgmsg_inbox_key WHERE inbox = %s", [INBOX])
+    conn.execute("VACUUM ANALYZE pgmsg_inbox_message, pgmsg_inbox_key")
+
+
 def inbox_alone(n: int, run: str) -> float:
     """receive_many() of prebuilt batches of BATCH, one transaction each, no broker: what any
     bridge's store costs, the ceiling of a bridge on this inbox."""
@@ -393,8 +401,9 @@ def main() -> None:
     parser.add_argument("--brokers", default="redis,amqp,nats,mqtt")
     parser.add_argument(
         "--parts",
-        default="throughput,latency",
-        help="what to measure: throughput (raw and bridge), latency, or both (the default)",
+        default="throughput,latency,alone",
+        help="what to measure, of throughput (raw and bridge), latency and alone (the inbox "
+        "alone); all three by default",
     )
     args = parser.parse_args()
 
@@ -434,6 +443,7 @@ def main() -> None:
             if len(rounds) > 1:
                 spread = "  rounds " + " ".join(f"{b / r:.2f}" for r, b in rounds)
         if "latency" in parts:
+            empty_the_inbox(raw_conn)
             place = bridge_brokers.Place(kind)
             try:
                 found = sorted(latencies(url, place, kind, args.latency_n))
@@ -448,7 +458,7 @@ def main() -> None:
             f"{kind:<8} {n:>8,} {raw:>10,.0f} {rate:>13,.0f} {rate / raw:>6.2f} "
             f"{p50:>7.1f} {p99:>7.1f}{spread}{slowest}"
         )
-    if "throughput" in parts:
+    if "alone" in parts:
         alone = [inbox_alone(args.n, f"{i}-{time.time()}") for i in range(args.rounds)]
         print(
             f"\ninbox alone (receive_many() of prebuilt batches of {BATCH}, no broker): "
