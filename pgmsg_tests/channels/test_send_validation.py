@@ -63,6 +63,7 @@ def test_the_check_can_be_turned_off():
         "fail_times": 0,
         "always_fail": False,
         "sleep": 0.0,
+        "hold_until": "",
     }
 
 
