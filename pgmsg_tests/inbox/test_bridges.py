@@ -13,9 +13,9 @@ from django.core.management import CommandError, call_command
 from django.db import connections
 
 from pgmsg.core.worker import Worker
+from pgmsg.inbox.bridges import amqp, mapping, mqtt, nats, redis
 from pgmsg.inbox.bridges import checks as bridge_checks
 from pgmsg.inbox.bridges import health as bridge_health
-from pgmsg.inbox.bridges import mapping
 from pgmsg.models import InboxBridge, InboxMessage
 from pgmsg_tests.conftest import wait_for
 from pgmsg_tests.inbox import bridge_brokers
@@ -26,6 +26,12 @@ from pgmsg_tests.testapp.models import Effect
 pytestmark = pytest.mark.django_db(transaction=True)
 
 KINDS = ["redis", "amqp", "nats", "mqtt"]
+CONSUMERS = {
+    "redis": redis.RedisConsumer,
+    "amqp": amqp.AmqpConsumer,
+    "nats": nats.NatsConsumer,
+    "mqtt": mqtt.MqttConsumer,
+}
 INBOX = "test.bridged"
 
 
@@ -160,6 +166,38 @@ def test_a_redelivered_message_is_a_skipped_duplicate(settings, place):
         running.stop()
     assert InboxMessage.objects.filter(inbox=INBOX, message_id="twice").count() == 1
     assert Effect.objects.filter(key="twice").count() == 1
+
+
+def test_a_broker_client_that_fails_its_own_way_fails_the_bridge_not_the_worker(
+    settings, place, monkeypatch
+):
+    """A client error that is not a lost connection (pika's InvalidFrameError, an assertion
+    of its own) is the bridge's failure: degraded with the error, reconnected after a
+    backoff, nothing lost; the worker keeps running. Before, it ended the worker."""
+    consumer_class = CONSUMERS[place.kind]
+    fetch, failures = consumer_class.fetch, []
+
+    def fails_once(self, limit):
+        if not failures:
+            failures.append(limit)
+            raise RuntimeError("a frame the client cannot decode")
+        return fetch(self, limit)
+
+    monkeypatch.setattr(consumer_class, "fetch", fails_once)
+    # port= given: Running does not wait for a connection, which the failure may come before
+    running = Running(settings, place, inbox=True, port=brokers.PORTS[place.kind])
+    try:
+        wait_for(
+            lambda: InboxBridge.objects.filter(name="b", error__contains="RuntimeError").exists(),
+            message="the bridge reports the client's failure",
+        )
+        running.wait_connected()  # after its backoff (an MQTT session must exist to queue)
+        place.send(b'{"n": 1}', pgmsg_headers("through"))
+        wait_for(lambda: Effect.objects.filter(key="through").exists(), message="handled")
+        assert running.thread.is_alive() and not running.errors
+    finally:
+        running.stop()
+    assert InboxMessage.objects.filter(inbox=INBOX, message_id="through").count() == 1
 
 
 def test_a_bridge_that_cannot_reach_its_broker_is_degraded_with_the_brokers_error(

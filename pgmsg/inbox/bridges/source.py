@@ -72,6 +72,10 @@ class BridgeSource:
             self._broker_down(exc)
             self._report(worker)
             return 0
+        except Exception as exc:
+            self._broker_down(self._client_failed(exc))
+            self._report(worker)
+            return 0
         if not batch:
             self._next_poll = time.monotonic() + self.bridge.poll
             self._report(worker)
@@ -88,6 +92,8 @@ class BridgeSource:
         except errors.BrokerUnavailable as exc:
             # Stored but not acknowledged: delivered again later, and skipped as duplicates.
             self._broker_down(exc)
+        except Exception as exc:
+            self._broker_down(self._client_failed(exc))
         self._last_message = dt.datetime.now(dt.UTC)
         worker.handled += len(deliveries)
         self._report(worker)
@@ -135,6 +141,16 @@ class BridgeSource:
 
     def _convert(self, delivery: mapping.Delivery) -> dict | mapping.Rejected:
         return mapping.convert(self.bridge, delivery)
+
+    def _client_failed(self, exc: Exception) -> errors.BrokerUnavailable:
+        """A broker client that fails other than by a lost connection (a frame it cannot
+        decode, an assertion of its own) fails this bridge, not the worker: the bridge drops
+        the connection, reports the error, and connects again after a backoff, as when the
+        broker is down. Nothing of the batch in hand was acknowledged."""
+        logger.error("pgmsg %s: the broker client failed", self.label, exc_info=exc)
+        return errors.BrokerUnavailable(
+            f"bridge {self.bridge.name}: the broker client failed: {type(exc).__name__}: {exc}"
+        )
 
     def _broker_down(self, exc: errors.BrokerUnavailable) -> None:
         self._close()
@@ -212,6 +228,9 @@ class BridgeSource:
                 lag = self._consumer.lag()
             except errors.BrokerUnavailable as exc:
                 self._broker_down(exc)
+                connected = False
+            except Exception as exc:
+                self._broker_down(self._client_failed(exc))
                 connected = False
         self._reported, self._next_report = state, now + REPORT_EVERY
         with connections[worker.database].cursor() as cursor:
