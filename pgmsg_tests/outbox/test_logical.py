@@ -200,13 +200,16 @@ def test_a_check_warns_that_slots_keep_unlimited_wal(logical_outboxes_ready):
     assert checks.check_logical_capture(databases=[]) == []  # database checks only when asked
 
 
-def _server_without_logical_decoding() -> str:
+@pytest.fixture
+def server_without_logical_decoding():
     """A database URL on a server whose wal_level is not logical: the default test database
-    on an outside server (CI's PostgreSQL 15), else that server's postgres database."""
+    on an outside server (CI's PostgreSQL 15), else a scratch database of its own on that
+    server, dropped afterwards."""
     with connection.cursor() as cursor:
         cursor.execute("SHOW wal_level")
         if cursor.fetchone()[0] != "logical":
-            return database_url(connection.settings_dict)
+            yield database_url(connection.settings_dict)
+            return
     url = os.environ.get("PGMSG_TEST_REPLICA_URL", "postgres://postgres@127.0.0.1:5432/postgres")
     try:
         with psycopg.connect(url, connect_timeout=3) as conn:
@@ -225,15 +228,21 @@ def _server_without_logical_decoding() -> str:
         conn.execute(f'CREATE DATABASE "{name}"')
     scratch = url.rsplit("/", 1)[0] + "/" + name
     env = {**os.environ, "DATABASE_URL": scratch, "DJANGO_SETTINGS_MODULE": "pgmsg_tests.settings"}
-    subprocess.run(
-        [sys.executable, "-m", "django", "migrate", "-v", "0"],
-        cwd=ROOT, env=env, check=True, timeout=300,
-    )  # fmt: skip
-    return scratch
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "django", "migrate", "-v", "0"],
+            cwd=ROOT, env=env, check=True, timeout=300,
+        )  # fmt: skip
+        yield scratch
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def test_a_logical_relay_fails_at_start_naming_wal_level_on_a_server_without_it():
-    url = _server_without_logical_decoding()
+def test_a_logical_relay_fails_at_start_naming_wal_level_on_a_server_without_it(
+    server_without_logical_decoding,
+):
+    url = server_without_logical_decoding
     env = {
         **os.environ,
         "DATABASE_URL": url,
